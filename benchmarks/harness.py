@@ -1,0 +1,78 @@
+"""Shared pieces of tfcomp's benchmarks: timing, machine description, result files.
+
+Speed is measured here, never asserted in tests. Each figure is the median of
+several runs taken side by side in one process, so ratios between them hold on
+a shared, noisy machine even when absolute times drift.
+"""
+import datetime
+import json
+import os
+import pathlib
+import platform
+import shlex
+import statistics
+import sys
+import time
+
+import tensorflow as tf
+
+
+def pin_threads(intra_op, inter_op=1):
+    """Must run before TensorFlow executes its first op."""
+    tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+
+
+def median_ms(fn, runs, min_seconds=0.02):
+    """Median wall time of fn() in ms over `runs` runs, after one warm-up call.
+
+    A run repeats fn enough times to last about min_seconds, so that calls of a
+    few microseconds are not lost in the timer's resolution.
+    """
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    repeat = max(1, int(min_seconds / once))
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        samples.append((time.perf_counter() - start) / repeat * 1e3)
+    return statistics.median(samples)
+
+
+def cpu_model():
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine():
+    return {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def command_line(module):
+    """The command that reproduces this run, e.g. `python -m benchmarks.ops_bench --runs=9`."""
+    return shlex.join(["python", "-m", module] + sys.argv[1:])
+
+
+def write_results(out_dir, name, payload, markdown):
+    """Writes <name>.json and <name>.md under out_dir; returns their paths."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{name}.json", out / f"{name}.md"
+    json_path.write_text(json.dumps(payload, indent=2) + "\n")
+    md_path.write_text(markdown)
+    return json_path, md_path

@@ -1,0 +1,103 @@
+// Per-element logic of the sign-packing ops, shared by the CPU kernels, the
+// CUDA kernels and the standalone CUDA test. No TensorFlow here: the core
+// compiles with g++ alone and with nvcc alone.
+//
+// Conventions (the ops' documentation in tfcomp/ops.py repeats them):
+//   * Element i of a flattened tensor lives in word i / 32, bit i % 32
+//     (least significant bit first).
+//   * The bit is 1 when x >= 0 and 0 otherwise. So +0 and -0 pack as 1
+//     (positive), +Inf as 1, -Inf as 0, and NaN (which compares false) as 0.
+//   * Padding bits past n in the last word are 0.
+//   * scale = mean |x| over the n elements, 0 for an empty tensor. NaN or Inf
+//     in x make the scale NaN or Inf, so a diverged gradient stays visible.
+//   * Majority vote over K workers: sign(#positive - #negative), so a tie
+//     (possible when K is even) gives 0, as sign(sum of +-1) does.
+#ifndef TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CORE_H_
+#define TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CORE_H_
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TFCOMP_HOST_DEVICE __host__ __device__
+#else
+#define TFCOMP_HOST_DEVICE
+#endif
+
+namespace tfcomp {
+namespace sign {
+
+constexpr int kBitsPerWord = 32;
+
+// The scale is summed in fixed blocks of this many elements, each block in the
+// accumulator type, then the blocks in double and in order. The result depends
+// only on the input, not on how many threads computed it.
+constexpr int64_t kScaleBlockElements = 4096;
+
+// float for float16, bfloat16 and float32; double for float64.
+template <typename T>
+struct Accumulator {
+  using type = float;
+};
+template <>
+struct Accumulator<double> {
+  using type = double;
+};
+
+TFCOMP_HOST_DEVICE inline int64_t NumWords(int64_t n) {
+  return (n + kBitsPerWord - 1) / kBitsPerWord;
+}
+
+TFCOMP_HOST_DEVICE inline int64_t NumScaleBlocks(int64_t n) {
+  return (n + kScaleBlockElements - 1) / kScaleBlockElements;
+}
+
+template <typename T>
+TFCOMP_HOST_DEVICE inline uint32_t SignBit(T x) {
+  using Acc = typename Accumulator<T>::type;
+  return static_cast<Acc>(x) >= Acc(0) ? 1u : 0u;
+}
+
+template <typename T>
+TFCOMP_HOST_DEVICE inline typename Accumulator<T>::type AbsValue(T x) {
+  using Acc = typename Accumulator<T>::type;
+  const Acc v = static_cast<Acc>(x);
+  return v < Acc(0) ? -v : v;  // NaN stays NaN.
+}
+
+// Packs x[0, count), count <= 32, into one word and adds |x| to *abs_sum.
+template <typename T>
+TFCOMP_HOST_DEVICE inline uint32_t PackWord(const T* x, int count,
+                                            typename Accumulator<T>::type* abs_sum) {
+  uint32_t word = 0;
+  typename Accumulator<T>::type sum = 0;
+  for (int b = 0; b < count; ++b) {
+    word |= SignBit(x[b]) << b;
+    sum += AbsValue(x[b]);
+  }
+  *abs_sum += sum;
+  return word;
+}
+
+TFCOMP_HOST_DEVICE inline uint32_t BitOf(uint32_t word, int bit) {
+  return (word >> bit) & 1u;
+}
+
+// +scale for a set bit, -scale for a clear one. Signs are random, so this
+// indexes instead of branching: a mispredicted branch per element costs more
+// than the memory traffic.
+template <typename T>
+TFCOMP_HOST_DEVICE inline T UnpackValue(uint32_t word, int bit, T scale) {
+  const T choices[2] = {static_cast<T>(-scale), scale};
+  return choices[BitOf(word, bit)];
+}
+
+// positives of k workers voted +1, the rest -1: +1, -1, or 0 on a tie.
+TFCOMP_HOST_DEVICE inline int MajorityVote(int64_t positives, int64_t k) {
+  const int64_t margin = 2 * positives - k;
+  return static_cast<int>(margin > 0) - static_cast<int>(margin < 0);
+}
+
+}  // namespace sign
+}  // namespace tfcomp
+
+#endif  // TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CORE_H_

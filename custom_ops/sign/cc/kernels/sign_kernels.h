@@ -1,0 +1,40 @@
+// Device-dispatched functors of the sign-packing ops. The CPU
+// specializations live in sign_kernels.cc, the GPU ones in sign_kernels.cu.cc;
+// both build on the per-element logic of sign_core.h.
+#ifndef TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_KERNELS_H_
+#define TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_KERNELS_H_
+
+#include <cstdint>
+
+namespace tensorflow {
+class OpKernelContext;
+}
+
+namespace tfcomp {
+namespace functor {
+
+// words[NumWords(n)] and scale[1] = mean |x| are written from x[n].
+template <typename Device, typename T>
+struct SignPack {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* x, int64_t n,
+                  uint32_t* words, T* scale);
+};
+
+// out[n] = +-scale[0] from the bits of words.
+template <typename Device, typename T>
+struct SignUnpack {
+  void operator()(tensorflow::OpKernelContext* ctx, const uint32_t* words,
+                  const T* scale, int64_t n, T* out);
+};
+
+// out[n] = majority vote of the k rows of words[k, num_words].
+template <typename Device, typename T>
+struct SignMajority {
+  void operator()(tensorflow::OpKernelContext* ctx, const uint32_t* words,
+                  int64_t k, int64_t num_words, int64_t n, T* out);
+};
+
+}  // namespace functor
+}  // namespace tfcomp
+
+#endif  // TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_KERNELS_H_

@@ -1,0 +1,86 @@
+"""Builds tfcomp and its op library.
+
+Every C++ kernel under custom_ops/ (the *.cc files outside tests/, not the
+CUDA *.cu.cc ones) is compiled with g++ and TensorFlow's own tf.sysconfig flags
+into one shared library, tfcomp/_tfcomp_ops.so. TensorFlow must already be
+installed, so install with `pip install --no-build-isolation .` (or `-e .`).
+The CUDA build of the same library is `make build-gpu` (see README).
+"""
+import concurrent.futures
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = pathlib.Path(__file__).resolve().parent
+LIBRARY = "_tfcomp_ops.so"
+
+
+def op_sources():
+    """The CPU sources of every op family, in a stable order."""
+    found = []
+    for path in sorted((ROOT / "custom_ops").rglob("*.cc")):
+        rel = path.relative_to(ROOT)
+        if path.name.endswith(".cu.cc") or "tests" in rel.parts:
+            continue
+        found.append(str(rel))
+    return found
+
+
+def tensorflow_flags():
+    try:
+        import tensorflow as tf
+    except ImportError as err:
+        sys.exit("tfcomp's op library is compiled against the installed TensorFlow, which "
+                 f"could not be imported ({err}). Install tensorflow==2.15.1 first, then "
+                 "`pip install --no-build-isolation .`, or run `make build`.")
+    return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+
+
+class BuildOpLibrary(build_ext):
+    """Compiles the op library with g++ (objects in parallel, then one link)."""
+
+    def get_ext_filename(self, ext_name):
+        return os.path.join(*ext_name.split(".")[:-1], LIBRARY)
+
+    def build_extension(self, ext):
+        output = pathlib.Path(self.get_ext_fullpath(ext.name))
+        compile_flags, link_flags = tensorflow_flags()
+        cxx = os.environ.get("CXX", "g++")
+        cflags = ["-O3", "-fPIC", "-Wall", "-Wno-sign-compare", f"-I{ROOT}", *compile_flags]
+        objects_dir = pathlib.Path(self.build_temp) / "ops"
+        objects_dir.mkdir(parents=True, exist_ok=True)
+
+        def compile_one(source):
+            obj = objects_dir / (source.replace("/", "_") + ".o")
+            self.run_command_line([cxx, *cflags, "-c", str(ROOT / source), "-o", str(obj)])
+            return str(obj)
+
+        jobs = int(os.environ.get("TFCOMP_BUILD_JOBS", os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            objects = list(pool.map(compile_one, ext.sources))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        self.run_command_line([cxx, "-shared", *objects, "-o", str(output),
+                               "-Wl,--no-undefined", *link_flags])
+
+    @staticmethod
+    def run_command_line(command):
+        print(shlex.join(command), flush=True)
+        subprocess.run(command, check=True)
+
+
+setup(
+    name="tfcomp",
+    version="0.1.0",
+    description="Gradient compression for TensorFlow/Keras data-parallel training",
+    packages=find_packages(include=["tfcomp", "tfcomp.*"]),
+    ext_modules=[Extension("tfcomp._tfcomp_ops", sources=op_sources())],
+    cmdclass={"build_ext": BuildOpLibrary},
+    python_requires="==3.11.*",
+    install_requires=["tensorflow==2.15.1"],
+    zip_safe=False,
+)

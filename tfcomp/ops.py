@@ -1,0 +1,101 @@
+"""tfcomp's custom ops: loads the one op library and wraps its ops.
+
+The library (tfcomp/_tfcomp_ops.so, or the file named by $TFCOMP_OPS_LIBRARY)
+is loaded once, on first use. If it is missing or was built against another
+TensorFlow, OpLibraryError says how to rebuild it: tfcomp never falls back to
+slower code behind the user's back.
+
+Sign packing (signSGD, EF-signSGD):
+  * element i of the flattened tensor is bit i % 32 of word i // 32, least
+    significant bit first; padding bits past n are 0;
+  * the bit is 1 when x >= 0, else 0: +0 and -0 pack as positive, +Inf as
+    positive, -Inf as negative, NaN (which compares false) as negative;
+  * scale = mean |x| (0 for an empty tensor); NaN or Inf in x make the scale
+    NaN or Inf, so a diverged gradient stays visible after unpacking;
+  * the majority vote of K workers is sign(#positive - #negative) per element:
+    +1, -1, or 0 on a tie (possible when K is even), as sign(sum of +-1) is.
+"""
+import functools
+import os
+import pathlib
+import re
+
+import tensorflow as tf
+
+LIBRARY_PATH = pathlib.Path(__file__).resolve().parent / "_tfcomp_ops.so"
+REBUILD_HINT = ("Rebuild it from the tfcomp checkout with `make build` "
+                "(or `pip install --no-build-isolation -e .`).")
+SIGN_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+_BUILD_INFO = re.compile(rb"tfcomp-build-info: tensorflow=([^ ;]+) cuda=([01]);")
+
+
+class OpLibraryError(RuntimeError):
+    """tfcomp's op library is missing, stale or cannot be loaded."""
+
+
+def library_path():
+    return pathlib.Path(os.environ.get("TFCOMP_OPS_LIBRARY", LIBRARY_PATH))
+
+
+def build_info(path):
+    """(tensorflow version, built with CUDA) read from the library file."""
+    match = _BUILD_INFO.search(pathlib.Path(path).read_bytes())
+    if match is None:
+        raise OpLibraryError(f"{path} is not a tfcomp op library (no build marker). {REBUILD_HINT}")
+    return match.group(1).decode(), match.group(2) == b"1"
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The loaded op library module (loaded once per process)."""
+    path = library_path()
+    if not path.is_file():
+        raise OpLibraryError(f"tfcomp's op library is missing: {path} does not exist. {REBUILD_HINT}")
+    built_against, _ = build_info(path)
+    if built_against != tf.__version__:
+        raise OpLibraryError(
+            f"{path} was built against TensorFlow {built_against}, but TensorFlow "
+            f"{tf.__version__} is installed. {REBUILD_HINT}")
+    try:
+        return tf.load_op_library(str(path))
+    except (tf.errors.NotFoundError, OSError) as err:
+        raise OpLibraryError(f"could not load {path}: {err}. {REBUILD_HINT}") from err
+
+
+def _check_dtype(dtype, what):
+    if dtype not in SIGN_DTYPES:
+        names = ", ".join(d.name for d in SIGN_DTYPES)
+        raise TypeError(f"{what} must be one of {names}, got {dtype.name}")
+
+
+def _count(n):
+    return tf.cast(tf.convert_to_tensor(n), tf.int64)
+
+
+def sign_pack(x):
+    """Packs the signs of x (any shape) into uint32 words; returns (words, scale).
+
+    words has ceil(n / 32) elements for n = size of x; scale = mean |x| in x's dtype.
+    """
+    x = tf.convert_to_tensor(x)
+    _check_dtype(x.dtype, "sign_pack's input")
+    return library().tfcomp_sign_pack(x)
+
+
+def sign_unpack(words, scale, n):
+    """The n signs in words as a vector of +scale (bit set) and -scale (clear), scale's dtype."""
+    scale = tf.convert_to_tensor(scale)
+    _check_dtype(scale.dtype, "sign_unpack's scale")
+    return library().tfcomp_sign_unpack(words, scale, _count(n))
+
+
+def sign_majority(words, n, dtype=tf.float32):
+    """Majority vote over the rows of words[K, W]: a vector of n values in {-1, 0, +1}."""
+    dtype = tf.as_dtype(dtype)
+    _check_dtype(dtype, "sign_majority's dtype")
+    return library().tfcomp_sign_majority(words, _count(n), dtype=dtype)
+
+
+for _op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority"):
+    tf.no_gradient(_op)
