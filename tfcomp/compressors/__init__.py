@@ -1,0 +1,7 @@
+"""tfcomp's compressors, one module per family."""
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round, TensorContext, resolve
+from tfcomp.compressors.cast import FP16, NoCompression
+from tfcomp.compressors.sign import EFSignSGD, SignSGD
+
+__all__ = ["Collective", "Compressor", "Payload", "PayloadSpec", "Round", "TensorContext", "resolve",
+           "NoCompression", "FP16", "SignSGD", "EFSignSGD"]

@@ -1,0 +1,117 @@
+"""The compressor API, independent of any engine.
+
+A compressor turns one gradient (and its state) into fixed-capacity payload
+tensors, each tagged with the collective it needs. It never calls a
+collective: it returns a Round, the exchange runs the round's collectives for
+all tensors at once (fused), and hands the results to the round's `finish`,
+which returns the averaged gradient or, for multi-round algorithms such as
+PowerSGD (P, then Q), the next Round.
+
+Payload shapes must be known when the step is traced (fixed capacity), so all
+workers' payloads agree, allgather needs no size exchange and tf.function
+never retraces.
+"""
+import dataclasses
+import enum
+import zlib
+from typing import Callable, Sequence, Union
+
+import tensorflow as tf
+
+
+class Collective(enum.Enum):
+    ALLREDUCE = "allreduce"  # elementwise sum over workers, same shape back
+    ALLGATHER = "allgather"  # every worker's payload, stacked: [K, *shape]
+
+
+@dataclasses.dataclass(frozen=True)
+class PayloadSpec:
+    shape: tuple
+    dtype: tf.DType
+    collective: Collective
+
+    @property
+    def nbytes(self):
+        size = 1
+        for d in self.shape:
+            size *= d
+        return size * self.dtype.size
+
+
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    tensor: tf.Tensor
+    collective: Collective
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """Payloads to exchange, and what to do with what comes back.
+
+    finish receives one tensor per payload, in order: the sum over workers for
+    ALLREDUCE, the stacked [K, *shape] tensor for ALLGATHER. It returns the
+    averaged gradient, or the next Round.
+    """
+    payloads: Sequence[Payload]
+    finish: Callable[[list], Union[tf.Tensor, "Round"]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorContext:
+    """What a compressor may know about the tensor it compresses."""
+    name: str
+    num_workers: int
+    step: tf.Tensor  # int64 scalar, the same on every worker
+    global_seed: int = 0
+
+    def seed(self, salt=0):
+        """A stateless-RNG seed shared by all workers: (tensor name, step, global seed)."""
+        name_hash = zlib.crc32(f"{self.global_seed}/{salt}/{self.name}".encode()) & 0x7FFFFFFF
+        return tf.stack([tf.constant(name_hash, tf.int64), tf.cast(self.step, tf.int64)])
+
+
+class Compressor:
+    """Base class. Subclasses define payload_specs, compress and, if stateful, state_specs."""
+
+    #: One payload spec list per round (PowerSGD has two rounds).
+    def payload_specs(self, shape, dtype):
+        raise NotImplementedError
+
+    def state_specs(self, shape, dtype):
+        """{name: (shape, dtype)} of the per-tensor state variables (residuals, factors)."""
+        return {}
+
+    def compress(self, grad, state, ctx):
+        """Returns the first Round for grad, given its state variables and TensorContext."""
+        raise NotImplementedError
+
+    def payload_bytes(self, shape, dtype):
+        """Bytes this worker sends into the collectives per step for one tensor."""
+        return sum(spec.nbytes for specs in self.payload_specs(shape, dtype) for spec in specs)
+
+    def compression_rate(self, shape, dtype):
+        """Payload bytes over dense bytes (1.0 = no saving)."""
+        dense = tf.TensorShape(shape).num_elements() * tf.as_dtype(dtype).size
+        return self.payload_bytes(shape, dtype) / max(dense, 1)
+
+    def config(self):
+        """The knobs that define this compressor, for checking workers agree."""
+        return {"name": type(self).__name__}
+
+    def __repr__(self):
+        knobs = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
+        return f"{type(self).__name__}({knobs})"
+
+
+def resolve(compression):
+    """A Compressor instance from a class, an instance, or None (no compression)."""
+    from tfcomp.compressors.cast import NoCompression
+    if compression is None:
+        return NoCompression()
+    if isinstance(compression, type) and issubclass(compression, Compressor):
+        return compression()
+    if isinstance(compression, Compressor):
+        return compression
+    raise ValueError(
+        f"compression must be a tfcomp compressor class or instance (for example "
+        f"tfcomp.EFSignSGD or tfcomp.EFSignSGD()), got {compression!r}")

@@ -1,0 +1,60 @@
+"""Sign compressors on the packed-sign ops: SignSGD (majority vote) and EF-SignSGD.
+
+Packed signs do not add, so both allgather every worker's words.
+"""
+import tensorflow as tf
+
+from tfcomp import ops
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+
+
+def _num_words(shape):
+    return -(-tf.TensorShape(shape).num_elements() // 32)
+
+
+class SignSGD(Compressor):
+    """signSGD with majority vote (Bernstein et al.): the aggregate is
+    sign(sum of the workers' signs), +1/-1 per element (0 on a tie); its scale
+    is left to the learning rate, as in the paper."""
+
+    def payload_specs(self, shape, dtype):
+        return [[PayloadSpec((_num_words(shape),), tf.uint32, Collective.ALLGATHER)]]
+
+    def compress(self, grad, state, ctx):
+        words, _ = ops.sign_pack(grad)
+
+        def finish(gathered):
+            signs = ops.sign_majority(gathered[0], tf.size(grad, out_type=tf.int64), dtype=grad.dtype)
+            return tf.reshape(signs, tf.shape(grad))
+        return Round([Payload(words, Collective.ALLGATHER)], finish)
+
+
+class EFSignSGD(Compressor):
+    """EF-SignSGD (Karimireddy et al.): p = g + e is sent as mean|p| * sign(p);
+    the residual e = p - mean|p| * sign(p) stays on the worker for the next
+    step, so nothing is lost. The aggregate is the mean of the workers' scaled signs."""
+
+    def state_specs(self, shape, dtype):
+        return {"residual": (tuple(shape), tf.as_dtype(dtype))}
+
+    def payload_specs(self, shape, dtype):
+        return [[PayloadSpec((_num_words(shape),), tf.uint32, Collective.ALLGATHER),
+                 PayloadSpec((1,), tf.as_dtype(dtype), Collective.ALLGATHER)]]
+
+    def compress(self, grad, state, ctx):
+        residual = state["residual"]
+        corrected = grad + residual
+        words, scale = ops.sign_pack(corrected)
+        n = tf.size(grad, out_type=tf.int64)
+        sent = tf.reshape(ops.sign_unpack(words, scale, n), tf.shape(grad))
+        residual.assign(corrected - sent)
+
+        def finish(gathered):
+            all_words, all_scales = gathered  # [K, W], [K, 1]
+            words_per_worker = all_words.shape[1]
+            signs = ops.sign_unpack(tf.reshape(all_words, [-1]), tf.ones([], grad.dtype),
+                                    tf.size(all_words, out_type=tf.int64) * 32)
+            signs = tf.reshape(signs, [-1, words_per_worker * 32])[:, :n]
+            return tf.reshape(tf.reduce_mean(signs * all_scales, axis=0), tf.shape(grad))
+        return Round([Payload(words, Collective.ALLGATHER),
+                      Payload(tf.reshape(scale, [1]), Collective.ALLGATHER)], finish)

@@ -1,0 +1,82 @@
+"""Fusion: many payloads into a few buffers per collective, and back.
+
+Allreduce buffers hold one dtype each (they are summed). Allgather buffers are
+plain bytes, so payloads of every dtype share them; the K gathered copies come
+back stacked and are split and bitcast to their own dtypes again.
+"""
+import tensorflow as tf
+
+from tfcomp.compressors.base import Collective
+
+
+def buckets(sizes, cap_bytes):
+    """Consecutive index groups whose sizes add up to at most cap_bytes (a larger one stands alone)."""
+    groups, current, total = [], [], 0
+    for i, nbytes in enumerate(sizes):
+        if current and total + nbytes > cap_bytes:
+            groups.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += nbytes
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _nbytes(t):
+    return t.shape.num_elements() * t.dtype.size
+
+
+def _to_bytes(t):
+    flat = tf.reshape(t, [-1])
+    return flat if t.dtype == tf.uint8 else tf.reshape(tf.bitcast(flat, tf.uint8), [-1])
+
+
+def _from_bytes(stacked, dtype, shape):
+    """[K, nbytes] uint8 -> [K, *shape] of dtype."""
+    k = tf.shape(stacked)[0]
+    if dtype == tf.uint8:
+        return tf.reshape(stacked, tf.concat([[k], shape], 0))
+    if dtype.size == 1:
+        return tf.reshape(tf.bitcast(stacked, dtype), tf.concat([[k], shape], 0))
+    values = tf.bitcast(tf.reshape(stacked, [k, -1, dtype.size]), dtype)
+    return tf.reshape(values, tf.concat([[k], shape], 0))
+
+
+def allreduce_fused(tensors, collectives, cap_bytes):
+    """Sums of tensors over workers, fused per dtype into buffers of at most cap_bytes."""
+    results = [None] * len(tensors)
+    by_dtype = {}
+    for i, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(i)
+    groups = []
+    for indices in by_dtype.values():
+        for group in buckets([_nbytes(tensors[i]) for i in indices], cap_bytes):
+            groups.append([indices[j] for j in group])
+    buffers = [tf.concat([tf.reshape(tensors[i], [-1]) for i in g], 0) for g in groups]
+    for group, summed in zip(groups, collectives.allreduce(buffers)):
+        parts = tf.split(summed, [tensors[i].shape.num_elements() for i in group])
+        for i, part in zip(group, parts):
+            results[i] = tf.reshape(part, tensors[i].shape)
+    return results
+
+
+def allgather_fused(tensors, collectives, cap_bytes):
+    """Every worker's copy of each tensor, [K, *shape], through byte buffers of at most cap_bytes."""
+    results = [None] * len(tensors)
+    groups = buckets([_nbytes(t) for t in tensors], cap_bytes)
+    buffers = [tf.concat([_to_bytes(tensors[i]) for i in g], 0) for g in groups]
+    for group, gathered in zip(groups, collectives.allgather(buffers)):
+        sizes = [_nbytes(tensors[i]) for i in group]
+        stacked = tf.reshape(gathered, [collectives.num_workers, sum(sizes)])
+        for i, part in zip(group, tf.split(stacked, sizes, axis=1)):
+            results[i] = _from_bytes(part, tensors[i].dtype, tensors[i].shape)
+    return results
+
+
+def run_collective(kind, tensors, collectives, cap_bytes):
+    if not tensors:
+        return []
+    if kind is Collective.ALLREDUCE:
+        return allreduce_fused(tensors, collectives, cap_bytes)
+    return allgather_fused(tensors, collectives, cap_bytes)
