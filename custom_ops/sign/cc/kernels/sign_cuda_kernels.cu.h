@@ -1,0 +1,163 @@
+// CUDA kernels of the sign-packing ops and their launchers, on plain pointers
+// and a stream: no TensorFlow, no Eigen. Included by sign_kernels.cu.cc (T =
+// Eigen::half, Eigen::bfloat16, float, double) and by the standalone test
+// cuda_test/sign_core_test.cu (T = __half, float, double). The per-element
+// logic is sign_core.h's, as on the CPU.
+#ifndef TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CUDA_KERNELS_CU_H_
+#define TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CUDA_KERNELS_CU_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sign_core.h"
+
+namespace tfcomp {
+namespace sign {
+namespace cuda {
+
+// One CUDA block packs one scale block; each of its threads handles one element
+// of every kPackThreads-element stripe. 32 consecutive elements sit in one warp,
+// so a ballot forms their word.
+constexpr int kPackThreads = 256;
+constexpr int kFinalizeThreads = 256;
+constexpr int kElementThreads = 256;
+static_assert(kScaleBlockElements % kPackThreads == 0, "a stripe must not cross scale blocks");
+
+template <typename T>
+using Acc = typename Accumulator<T>::type;
+
+// Sums v over the block in a fixed order (shuffles, then warps in order), so the
+// result depends only on the inputs. Thread 0 gets the total.
+template <typename V, int kThreads>
+__device__ V BlockSum(V v) {
+  __shared__ V warp_sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+  __syncthreads();
+  V total = 0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+  }
+  return total;
+}
+
+// Grid: NumScaleBlocks(n) blocks of kPackThreads. Writes the words of scale
+// block blockIdx.x and the sum of |x| over it to partials[blockIdx.x].
+template <typename T>
+__global__ void __launch_bounds__(kPackThreads)
+    SignPackKernel(const T* __restrict__ x, int64_t n, uint32_t* __restrict__ words,
+                   Acc<T>* __restrict__ partials) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kScaleBlockElements;
+  const int64_t count = n - first < kScaleBlockElements ? n - first : kScaleBlockElements;
+  Acc<T> sum = 0;
+  // The loop bound is the same for the whole block, so every lane reaches the ballot.
+  for (int64_t stripe = 0; stripe < count; stripe += kPackThreads) {
+    const int64_t i = stripe + threadIdx.x;
+    uint32_t bit = 0;
+    if (i < count) {
+      const T v = x[first + i];
+      bit = SignBit(v);
+      sum += AbsValue(v);
+    }
+    const uint32_t word = __ballot_sync(0xffffffffu, bit);  // padding lanes give 0
+    const int64_t warp_first = i - threadIdx.x % 32;
+    if (threadIdx.x % 32 == 0 && warp_first < count) {
+      words[(first + warp_first) / kBitsPerWord] = word;
+    }
+  }
+  sum = BlockSum<Acc<T>, kPackThreads>(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// One block: scale = (sum of partials[0, num_partials) in double) / n, 0 when
+// n == 0. Thread t sums a contiguous run in order, then thread 0 sums the runs
+// in order: the result depends on n only, never on timing.
+template <typename T>
+__global__ void __launch_bounds__(kFinalizeThreads)
+    SignScaleKernel(const Acc<T>* __restrict__ partials, int64_t num_partials, int64_t n,
+                    T* __restrict__ scale) {
+  __shared__ double run_sums[kFinalizeThreads];
+  const int64_t per_thread = (num_partials + kFinalizeThreads - 1) / kFinalizeThreads;
+  const int64_t begin = threadIdx.x * per_thread;
+  const int64_t end = begin + per_thread < num_partials ? begin + per_thread : num_partials;
+  double run = 0;
+  for (int64_t p = begin; p < end; ++p) run += static_cast<double>(partials[p]);
+  run_sums[threadIdx.x] = run;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int t = 0; t < kFinalizeThreads; ++t) total += run_sums[t];
+    // Through the accumulator type, as the CPU's static_cast<Eigen::half>(double) does.
+    *scale = static_cast<T>(static_cast<Acc<T>>(n > 0 ? total / static_cast<double>(n) : 0.0));
+  }
+}
+
+template <typename T>
+__global__ void SignUnpackKernel(const uint32_t* __restrict__ words, const T* __restrict__ scale,
+                                 int64_t n, T* __restrict__ out) {
+  const T s = *scale;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = UnpackValue(words[i / kBitsPerWord], static_cast<int>(i % kBitsPerWord), s);
+  }
+}
+
+template <typename T>
+__global__ void SignMajorityKernel(const uint32_t* __restrict__ words, int64_t k, int64_t num_words,
+                                   int64_t n, T* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t w = i / kBitsPerWord;
+    const int bit = static_cast<int>(i % kBitsPerWord);
+    int64_t positives = 0;
+    for (int64_t r = 0; r < k; ++r) positives += BitOf(words[r * num_words + w], bit);
+    out[i] = static_cast<T>(static_cast<float>(MajorityVote(positives, k)));
+  }
+}
+
+// Grid for the grid-stride loops: enough blocks to cover n, capped well below
+// CUDA's limit (the loop covers the rest).
+inline unsigned int ElementGrid(int64_t n) {
+  const int64_t blocks = (n + kElementThreads - 1) / kElementThreads;
+  return static_cast<unsigned int>(blocks < (int64_t{1} << 20) ? blocks : (int64_t{1} << 20));
+}
+
+// partials: device scratch of NumScaleBlocks(n) accumulators (may be null when
+// n == 0). Writes words[NumWords(n)] and scale[0]. Returns the launch error.
+template <typename T>
+cudaError_t LaunchSignPack(const T* x, int64_t n, uint32_t* words, Acc<T>* partials, T* scale,
+                           cudaStream_t stream) {
+  const int64_t blocks = NumScaleBlocks(n);
+  if (blocks > 0) {
+    SignPackKernel<T><<<static_cast<unsigned int>(blocks), kPackThreads, 0, stream>>>(
+        x, n, words, partials);
+  }
+  SignScaleKernel<T><<<1, kFinalizeThreads, 0, stream>>>(partials, blocks, n, scale);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchSignUnpack(const uint32_t* words, const T* scale, int64_t n, T* out,
+                             cudaStream_t stream) {
+  if (n > 0) {
+    SignUnpackKernel<T><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, scale, n, out);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchSignMajority(const uint32_t* words, int64_t k, int64_t num_words, int64_t n,
+                               T* out, cudaStream_t stream) {
+  if (n > 0) {
+    SignMajorityKernel<T><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, k, num_words, n,
+                                                                          out);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace sign
+}  // namespace tfcomp
+
+#endif  // TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CUDA_KERNELS_CU_H_
