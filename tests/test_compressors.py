@@ -156,7 +156,7 @@ def test_fusion_round_trips_mixed_dtypes_through_allgather():
     from tfcomp.testing.emulator import _WorkerCollectives
 
     def run(r):
-        results[r] = fusion.allgather_fused(per_worker[r], _WorkerCollectives(r, emu.meeting), cap_bytes=16)
+        results[r] = fusion.allgather_fused(per_worker[r], _WorkerCollectives(r, emu.meeting), cap_bytes=20)
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(k)]
     [t.start() for t in threads]
@@ -165,8 +165,8 @@ def test_fusion_round_trips_mixed_dtypes_through_allgather():
         expected = np.stack([per_worker[r][i].numpy() for r in range(k)])
         assert results[0][i].dtype == per_worker[0][i].dtype
         np.testing.assert_array_equal(results[0][i].numpy(), expected)
-    # 40, 2, 16 and 1 bytes under a 16-byte cap: four buffers.
-    assert emu.traffic == [("allgather", 40), ("allgather", 2), ("allgather", 16), ("allgather", 1)]
+    # 40, 2 (+2 padding), 16 and 1 (+3 padding) bytes under a 20-byte cap: three int32 buffers.
+    assert emu.traffic == [("allgather", 40), ("allgather", 20), ("allgather", 4)]
 
 
 @pytest.mark.parametrize("cap, expected_groups",

@@ -50,7 +50,7 @@ def random_values(rng, shape, dtype, special=True):
     x = rng.standard_normal(shape).astype(np.float32)
     flat = x.reshape(-1)
     if special and flat.size:
-        specials = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-30, -1e-30]
+        specials = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-30, -1e-30, -1e-45, 1e-45, -1e-40]
         positions = rng.choice(flat.size, size=min(flat.size, 3 * len(specials)), replace=False)
         for i, p in enumerate(positions):
             flat[p] = specials[i % len(specials)]
@@ -86,6 +86,15 @@ def test_pack_conventions_for_zero_nan_inf(dtype):
     assert np.isnan(scale.numpy())
     _, finite_scale = ops.sign_pack(np.array([1.0, -3.0, 0.0, np.inf], np_dtype(dtype)))
     assert np.isinf(finite_scale.numpy())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_negative_subnormals_pack_as_negative(dtype):
+    tiny = np.finfo(np_dtype(dtype)).smallest_subnormal if dtype != tf.bfloat16 else np.float32(1e-40)
+    x = np.array([-tiny, tiny, -3 * tiny, 0.0], np.float64).astype(np_dtype(dtype))
+    assert (x[[0, 2]] != 0).all(), "the test values must be nonzero subnormals"
+    words, _ = ops.sign_pack(x)
+    assert words.numpy().tolist() == [0b1010]
 
 
 def test_pack_empty_has_zero_scale():

@@ -10,7 +10,7 @@ An engine supplies the collectives: an object with `num_workers`,
 import tensorflow as tf
 
 from tfcomp import fusion
-from tfcomp.compressors.base import Collective, Round, TensorContext, resolve
+from tfcomp.compressors.base import Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's and the ACP-SGD paper's bucket
@@ -36,6 +36,11 @@ class Exchange:
         self.bucket_bytes = bucket_bytes
         self.global_seed = global_seed
 
+    def config(self):
+        """Everything that must be the same on every worker."""
+        return {"compressor": self.compressor.config(), "min_compress_elements": self.min_compress_elements,
+                "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed}
+
     def plan(self, shape, dtype):
         """The compressor for a tensor of this shape and dtype."""
         shape = tf.TensorShape(shape)
@@ -51,13 +56,15 @@ class Exchange:
 
     def reduce(self, grads, names, state, collectives, reduce_op="mean"):
         """The averaged (or, with reduce_op="sum", summed) gradients, in order."""
+        if reduce_op not in ("mean", "sum"):
+            raise ValueError(f"reduce_op must be 'mean' or 'sum', got {reduce_op!r}")
         grads = [_dense(g, n) for g, n in zip(grads, names)]
         k = collectives.num_workers
         pending = []
         for i, (grad, name) in enumerate(zip(grads, names)):
             compressor = self.plan(grad.shape, grad.dtype)
             variables = state.tensor_state(name, compressor.state_specs(grad.shape, grad.dtype))
-            ctx = TensorContext(name, k, state.step, self.global_seed)
+            ctx = TensorContext(name, k, state.step, self.global_seed, average=reduce_op == "mean")
             pending.append((i, compressor is not self.dense, compressor.compress(grad, variables, ctx)))
         results = [None] * len(grads)
         while pending:
@@ -70,10 +77,8 @@ class Exchange:
                 else:
                     results[i] = out
             pending = next_pending
-        with tf.control_dependencies([r for r in results if r is not None]):
+        with tf.control_dependencies(results):
             state.step.assign_add(1)
-        if reduce_op == "sum":
-            results = [r * tf.cast(k, r.dtype) for r in results]
         return results
 
     def _run_round(self, pending, grads, collectives):

@@ -3,6 +3,10 @@
 Allreduce buffers hold one dtype each (they are summed). Allgather buffers are
 plain bytes, so payloads of every dtype share them; the K gathered copies come
 back stacked and are split and bitcast to their own dtypes again.
+
+TensorFlow's collectives move only WIRE_DTYPES, so byte buffers travel as
+int32 words (each payload padded to whole words) and allreduce payloads of
+other float types (bfloat16) are summed in float32.
 """
 import tensorflow as tf
 
@@ -23,13 +27,23 @@ def buckets(sizes, cap_bytes):
     return groups
 
 
+WIRE_DTYPES = (tf.float16, tf.float32, tf.float64, tf.int32, tf.int64)
+
+
 def _nbytes(t):
     return t.shape.num_elements() * t.dtype.size
 
 
-def _to_bytes(t):
+def _padded_nbytes(t):
+    return -(-_nbytes(t) // 4) * 4
+
+
+def _to_words(t):
+    """t's bytes, zero-padded to whole 4-byte words, as int32."""
     flat = tf.reshape(t, [-1])
-    return flat if t.dtype == tf.uint8 else tf.reshape(tf.bitcast(flat, tf.uint8), [-1])
+    raw = flat if t.dtype == tf.uint8 else tf.reshape(tf.bitcast(flat, tf.uint8), [-1])
+    raw = tf.pad(raw, [[0, _padded_nbytes(t) - _nbytes(t)]])
+    return tf.bitcast(tf.reshape(raw, [-1, 4]), tf.int32)
 
 
 def _from_bytes(stacked, dtype, shape):
@@ -53,25 +67,30 @@ def allreduce_fused(tensors, collectives, cap_bytes):
     for indices in by_dtype.values():
         for group in buckets([_nbytes(tensors[i]) for i in indices], cap_bytes):
             groups.append([indices[j] for j in group])
-    buffers = [tf.concat([tf.reshape(tensors[i], [-1]) for i in g], 0) for g in groups]
+    buffers = [tf.concat([_on_wire(tf.reshape(tensors[i], [-1])) for i in g], 0) for g in groups]
     for group, summed in zip(groups, collectives.allreduce(buffers)):
         parts = tf.split(summed, [tensors[i].shape.num_elements() for i in group])
         for i, part in zip(group, parts):
-            results[i] = tf.reshape(part, tensors[i].shape)
+            results[i] = tf.reshape(tf.cast(part, tensors[i].dtype), tensors[i].shape)
     return results
 
 
 def allgather_fused(tensors, collectives, cap_bytes):
     """Every worker's copy of each tensor, [K, *shape], through byte buffers of at most cap_bytes."""
     results = [None] * len(tensors)
-    groups = buckets([_nbytes(t) for t in tensors], cap_bytes)
-    buffers = [tf.concat([_to_bytes(tensors[i]) for i in g], 0) for g in groups]
+    groups = buckets([_padded_nbytes(t) for t in tensors], cap_bytes)
+    buffers = [tf.concat([_to_words(tensors[i]) for i in g], 0) for g in groups]
     for group, gathered in zip(groups, collectives.allgather(buffers)):
-        sizes = [_nbytes(tensors[i]) for i in group]
-        stacked = tf.reshape(gathered, [collectives.num_workers, sum(sizes)])
+        sizes = [_padded_nbytes(tensors[i]) for i in group]
+        stacked = tf.reshape(tf.bitcast(gathered, tf.uint8), [collectives.num_workers, sum(sizes)])
         for i, part in zip(group, tf.split(stacked, sizes, axis=1)):
+            part = part[:, :_nbytes(tensors[i])]
             results[i] = _from_bytes(part, tensors[i].dtype, tensors[i].shape)
     return results
+
+
+def _on_wire(t):
+    return t if t.dtype in WIRE_DTYPES else tf.cast(t, tf.float32)
 
 
 def run_collective(kind, tensors, collectives, cap_bytes):

@@ -8,8 +8,10 @@ slower code behind the user's back.
 Sign packing (signSGD, EF-signSGD):
   * element i of the flattened tensor is bit i % 32 of word i // 32, least
     significant bit first; padding bits past n are 0;
-  * the bit is 1 when x >= 0, else 0: +0 and -0 pack as positive, +Inf as
-    positive, -Inf as negative, NaN (which compares false) as negative;
+  * the bit is 0 for NaN and for negative values (sign bit set, nonzero
+    magnitude), else 1: +0 and -0 pack as positive, +Inf as positive, -Inf
+    and negative subnormals as negative, NaN as negative. The rule reads the
+    bit pattern, so it does not depend on a device flushing subnormals to zero;
   * scale = mean |x| (0 for an empty tensor); NaN or Inf in x make the scale
     NaN or Inf, so a diverged gradient stays visible after unpacking;
   * the majority vote of K workers is sign(#positive - #negative) per element:

@@ -63,6 +63,15 @@ class TensorContext:
     num_workers: int
     step: tf.Tensor  # int64 scalar, the same on every worker
     global_seed: int = 0
+    average: bool = True  # False: the engine asks for the sum over workers
+
+    def from_sum(self, summed):
+        """The result the engine asked for, from the sum over workers."""
+        return summed / tf.cast(self.num_workers, summed.dtype) if self.average else summed
+
+    def from_stacked(self, stacked):
+        """The result the engine asked for, from the workers' [K, ...] contributions."""
+        return tf.reduce_mean(stacked, axis=0) if self.average else tf.reduce_sum(stacked, axis=0)
 
     def seed(self, salt=0):
         """A stateless-RNG seed shared by all workers: (tensor name, step, global seed)."""
@@ -95,8 +104,9 @@ class Compressor:
         return self.payload_bytes(shape, dtype) / max(dense, 1)
 
     def config(self):
-        """The knobs that define this compressor, for checking workers agree."""
-        return {"name": type(self).__name__}
+        """The knobs that define this compressor (its public attributes), for checking workers agree."""
+        knobs = {k: v for k, v in sorted(vars(self).items()) if not k.startswith("_")}
+        return {"name": type(self).__name__, **knobs}
 
     def __repr__(self):
         knobs = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")

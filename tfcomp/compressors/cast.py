@@ -11,8 +11,7 @@ class NoCompression(Compressor):
         return [[PayloadSpec(tuple(shape), tf.as_dtype(dtype), Collective.ALLREDUCE)]]
 
     def compress(self, grad, state, ctx):
-        return Round([Payload(grad, Collective.ALLREDUCE)],
-                     lambda summed: summed[0] / tf.cast(ctx.num_workers, grad.dtype))
+        return Round([Payload(grad, Collective.ALLREDUCE)], lambda summed: ctx.from_sum(summed[0]))
 
 
 class FP16(Compressor):
@@ -23,5 +22,5 @@ class FP16(Compressor):
 
     def compress(self, grad, state, ctx):
         def finish(summed):
-            return tf.cast(summed[0], grad.dtype) / tf.cast(ctx.num_workers, grad.dtype)
+            return ctx.from_sum(tf.cast(summed[0], grad.dtype))
         return Round([Payload(tf.cast(grad, tf.float16), Collective.ALLREDUCE)], finish)

@@ -14,8 +14,9 @@ def _num_words(shape):
 
 class SignSGD(Compressor):
     """signSGD with majority vote (Bernstein et al.): the aggregate is
-    sign(sum of the workers' signs), +1/-1 per element (0 on a tie); its scale
-    is left to the learning rate, as in the paper."""
+    sign(sum of the workers' signs), +1/-1 per element (0 on a tie), whether
+    the engine asks for the mean or the sum; the step size is the learning
+    rate's, as in the paper."""
 
     def payload_specs(self, shape, dtype):
         return [[PayloadSpec((_num_words(shape),), tf.uint32, Collective.ALLGATHER)]]
@@ -32,7 +33,8 @@ class SignSGD(Compressor):
 class EFSignSGD(Compressor):
     """EF-SignSGD (Karimireddy et al.): p = g + e is sent as mean|p| * sign(p);
     the residual e = p - mean|p| * sign(p) stays on the worker for the next
-    step, so nothing is lost. The aggregate is the mean of the workers' scaled signs."""
+    step, so nothing is lost. The aggregate is the mean (or sum) of the
+    workers' scaled signs."""
 
     def state_specs(self, shape, dtype):
         return {"residual": (tuple(shape), tf.as_dtype(dtype))}
@@ -55,6 +57,6 @@ class EFSignSGD(Compressor):
             signs = ops.sign_unpack(tf.reshape(all_words, [-1]), tf.ones([], grad.dtype),
                                     tf.size(all_words, out_type=tf.int64) * 32)
             signs = tf.reshape(signs, [-1, words_per_worker * 32])[:, :n]
-            return tf.reshape(tf.reduce_mean(signs * all_scales, axis=0), tf.shape(grad))
+            return tf.reshape(ctx.from_stacked(signs * all_scales), tf.shape(grad))
         return Round([Payload(words, Collective.ALLGATHER),
                       Payload(tf.reshape(scale, [1]), Collective.ALLGATHER)], finish)

@@ -9,6 +9,7 @@ import threading
 import tensorflow as tf
 
 from tfcomp.exchange import Exchange
+from tfcomp.fusion import WIRE_DTYPES
 from tfcomp.state import CompressionState
 
 
@@ -22,6 +23,10 @@ class _Meeting:
         self.log = []  # (collective, bytes of one buffer sent by one worker), per buffer
 
     def swap(self, rank, kind, buffers):
+        for b in buffers:  # the real engines' collectives move these dtypes only
+            if b.dtype not in WIRE_DTYPES:
+                raise TypeError(f"{kind} of a {b.dtype.name} buffer: TensorFlow's collectives take "
+                                f"{', '.join(d.name for d in WIRE_DTYPES)}")
         self.slots[rank] = buffers
         self.barrier.wait()
         everyone = list(self.slots)

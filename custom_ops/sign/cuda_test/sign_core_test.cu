@@ -16,6 +16,10 @@
 #include <vector>
 
 #include "../cc/kernels/sign_core.h"
+
+template <>
+struct tfcomp::sign::FloatLayout<__half> : tfcomp::sign::Binary16Layout {};
+
 #include "../cc/kernels/sign_cuda_kernels.cu.h"
 
 namespace sc = tfcomp::sign;

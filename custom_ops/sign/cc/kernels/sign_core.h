@@ -5,8 +5,11 @@
 // Conventions (the ops' documentation in tfcomp/ops.py repeats them):
 //   * Element i of a flattened tensor lives in word i / 32, bit i % 32
 //     (least significant bit first).
-//   * The bit is 1 when x >= 0 and 0 otherwise. So +0 and -0 pack as 1
-//     (positive), +Inf as 1, -Inf as 0, and NaN (which compares false) as 0.
+//   * The bit is 0 for NaN and for negative values (sign bit set and a
+//     nonzero magnitude), 1 otherwise: +0 and -0 pack as 1, +Inf as 1, -Inf
+//     as 0, NaN as 0. It is read off the bit pattern, not by a comparison,
+//     so negative subnormals pack as 0 on every device: TensorFlow's CPU
+//     threads flush subnormals to zero and would compare them as -0.
 //   * Padding bits past n in the last word are 0.
 //   * scale = mean |x| over the n elements, 0 for an empty tensor. NaN or Inf
 //     in x make the scale NaN or Inf, so a diverged gradient stays visible.
@@ -16,6 +19,7 @@
 #define TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CORE_H_
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define TFCOMP_HOST_DEVICE __host__ __device__
@@ -51,10 +55,32 @@ TFCOMP_HOST_DEVICE inline int64_t NumScaleBlocks(int64_t n) {
   return (n + kScaleBlockElements - 1) / kScaleBlockElements;
 }
 
+// IEEE-754 layout of an element type: its bits, the sign bit, +Inf's pattern.
+template <typename UInt, UInt kSignBit, UInt kInfinity>
+struct Layout {
+  using Bits = UInt;
+  static constexpr UInt kSign = kSignBit;
+  static constexpr UInt kInf = kInfinity;
+};
+using Binary16Layout = Layout<uint16_t, 0x8000u, 0x7c00u>;   // float16
+using BFloat16Layout = Layout<uint16_t, 0x8000u, 0x7f80u>;   // bfloat16
+template <typename T>
+struct FloatLayout;  // specialized where the 16-bit types are known
+template <>
+struct FloatLayout<float> : Layout<uint32_t, 0x80000000u, 0x7f800000u> {};
+template <>
+struct FloatLayout<double>
+    : Layout<uint64_t, 0x8000000000000000ull, 0x7ff0000000000000ull> {};
+
 template <typename T>
 TFCOMP_HOST_DEVICE inline uint32_t SignBit(T x) {
-  using Acc = typename Accumulator<T>::type;
-  return static_cast<Acc>(x) >= Acc(0) ? 1u : 0u;
+  using L = FloatLayout<T>;
+  typename L::Bits bits;
+  memcpy(&bits, &x, sizeof(bits));
+  const typename L::Bits magnitude = bits & static_cast<typename L::Bits>(~L::kSign);
+  const bool is_nan = magnitude > L::kInf;
+  const bool is_negative = (bits & L::kSign) != 0 && magnitude != 0;
+  return (is_nan || is_negative) ? 0u : 1u;
 }
 
 template <typename T>

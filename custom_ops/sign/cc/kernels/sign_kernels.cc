@@ -55,11 +55,21 @@ typename sign::Accumulator<T>::type PackBlockGeneric(const T* x, int64_t count,
 }
 
 #if TFCOMP_X86
-// float32 with AVX2: 8 comparisons per instruction, the sign mask read off by
-// movemask. Same bit convention as sign::SignBit (ordered >=, NaN -> 0).
+// float32 with AVX2: 8 elements per instruction. Same bit rule as
+// sign::SignBit, on the bit patterns: 0 for NaN (magnitude above +Inf's) and
+// for a set sign bit with a nonzero magnitude. movemask reads those 0s off.
+__attribute__((target("avx2"))) inline uint32_t NegativeOrNanMask(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+  const __m256i is_zero = _mm256_cmpeq_epi32(magnitude, _mm256_setzero_si256());
+  const __m256i is_negative = _mm256_andnot_si256(is_zero, _mm256_srai_epi32(bits, 31));
+  return static_cast<uint32_t>(
+      _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(is_nan, is_negative))));
+}
+
 __attribute__((target("avx2"))) float PackBlockFloatAvx2(const float* x, int64_t count,
                                                          uint32_t* words) {
-  const __m256 zero = _mm256_setzero_ps();
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
@@ -69,11 +79,8 @@ __attribute__((target("avx2"))) float PackBlockFloatAvx2(const float* x, int64_t
     const __m256 b = _mm256_loadu_ps(x + i + 8);
     const __m256 c = _mm256_loadu_ps(x + i + 16);
     const __m256 d = _mm256_loadu_ps(x + i + 24);
-    const uint32_t w = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, zero, _CMP_GE_OQ))) |
-                       static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(b, zero, _CMP_GE_OQ))) << 8 |
-                       static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(c, zero, _CMP_GE_OQ))) << 16 |
-                       static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(d, zero, _CMP_GE_OQ))) << 24;
-    words[i / 32] = w;
+    words[i / 32] = ~(NegativeOrNanMask(a) | NegativeOrNanMask(b) << 8 |
+                      NegativeOrNanMask(c) << 16 | NegativeOrNanMask(d) << 24);
     acc0 = _mm256_add_ps(acc0, _mm256_and_ps(a, abs_mask));
     acc1 = _mm256_add_ps(acc1, _mm256_and_ps(b, abs_mask));
     acc2 = _mm256_add_ps(acc2, _mm256_and_ps(c, abs_mask));

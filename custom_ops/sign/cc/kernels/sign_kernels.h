@@ -6,9 +6,21 @@
 
 #include <cstdint>
 
+#include "sign_core.h"
+#include "third_party/eigen3/Eigen/Core"
+
 namespace tensorflow {
 class OpKernelContext;
 }
+
+namespace tfcomp {
+namespace sign {
+template <>
+struct FloatLayout<Eigen::half> : Binary16Layout {};
+template <>
+struct FloatLayout<Eigen::bfloat16> : BFloat16Layout {};
+}  // namespace sign
+}  // namespace tfcomp
 
 namespace tfcomp {
 namespace functor {

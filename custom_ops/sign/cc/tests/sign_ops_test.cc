@@ -82,7 +82,6 @@ template <typename F>
 struct IeeeType {
   using S = F;
   using L = std::numeric_limits<F>;
-  static constexpr bool kSubnormalsFlushed = true;
   static double ToDouble(S v) { return v; }
   static bool IsSubnormal(S v) { return std::fpclassify(v) == FP_SUBNORMAL; }
   static S Negate(S v) { return -v; }
@@ -112,7 +111,6 @@ struct Half {
   static constexpr TF_DataType kType = TF_HALF;
   static constexpr const char* kName = "half";
   static constexpr double kScaleRtol = 1e-3;  // 2^-11 rounding of the result
-  static constexpr bool kSubnormalsFlushed = false;
   static double ToDouble(S h) {
     const int exponent = (h >> 10) & 31, mantissa = h & 1023;
     const double v = exponent == 0    ? std::ldexp(mantissa, -24)
@@ -135,7 +133,6 @@ struct BFloat16 {
   static constexpr TF_DataType kType = TF_BFLOAT16;
   static constexpr const char* kName = "bfloat16";
   static constexpr double kScaleRtol = 8e-3;  // 2^-8 rounding of the result
-  static constexpr bool kSubnormalsFlushed = true;
   static double ToDouble(S b) { return FromBits<float>(uint64_t{b} << 16); }
   static bool IsSubnormal(S b) { return (b & 0x7f80) == 0 && (b & 0x7f) != 0; }
   static S Negate(S b) { return b ^ 0x8000; }
@@ -155,7 +152,6 @@ template <typename Tr>
 uint32_t RefSignBit(typename Tr::S v) {
   const double d = Tr::ToDouble(v);
   if (std::isnan(d)) return 0;
-  if (Tr::kSubnormalsFlushed && Tr::IsSubnormal(v)) return 1;  // read as +-0
   return d < 0 ? 0 : 1;
 }
 

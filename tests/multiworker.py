@@ -1,0 +1,57 @@
+"""Runs K real worker processes on localhost with TF_CONFIG, for engine tests."""
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_workers(module, num_workers, args, out_dir, timeout=240):
+    """Starts `python -m module --out=... args` as K workers; returns each worker's JSON result.
+
+    Fails (AssertionError) if a worker exits non-zero or the run outlives timeout;
+    every process is killed before returning.
+    """
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cluster = {"worker": [f"localhost:{p}" for p in free_ports(num_workers)]}
+    for stale in out_dir.glob("worker*.json"):
+        stale.unlink()
+    procs = []
+    for task in range(num_workers):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": task}}),
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+        log = open(out_dir / f"worker{task}.log", "w")
+        procs.append((subprocess.Popen([sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}",
+                                        *args], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
+    try:
+        for proc, _ in procs:
+            proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc, log in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    codes = [proc.returncode for proc, _ in procs]
+    logs = [(out_dir / f"worker{t}.log").read_text() for t in range(num_workers)]
+    return codes, logs, [_load(out_dir / f"worker{t}.json") for t in range(num_workers)]
+
+
+def _load(path):
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,116 @@
+"""One worker of a multi-worker test: trains a small Keras model with
+tfcomp.distribute.MultiWorkerMirroredStrategy (or tf.distribute's, for
+comparison) and writes its losses and final weights as JSON."""
+import json
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+import tfcomp
+from tfcomp.distribute import MultiWorkerMirroredStrategy
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "Result JSON path.")
+flags.DEFINE_enum("strategy", "tfcomp", ["tfcomp", "plain"], "Which MultiWorkerMirroredStrategy.")
+flags.DEFINE_string("compression", "NoCompression", "tfcomp compressor class name.")
+flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run + apply_gradients.")
+flags.DEFINE_integer("steps", 30, "Training steps.")
+flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
+flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
+flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
+flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
+flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+
+GLOBAL_BATCH = 64
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((GLOBAL_BATCH * 8, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 10)).astype(np.float32)
+    y = np.argmax(x @ w, axis=1).astype(np.int64)
+    return x, y
+
+
+def build_model():
+    tf.keras.utils.set_random_seed(1)
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
+                                 tf.keras.layers.Dense(10)])
+    return model
+
+
+def make_strategy():
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.timeout)
+    if FLAGS.strategy == "plain":
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    return MultiWorkerMirroredStrategy(getattr(tfcomp, FLAGS.compression), communication_options=options,
+                                       min_compress_elements=FLAGS.min_compress_elements)
+
+
+class Interrupt(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step == FLAGS.interrupt_at:
+            raise SystemExit(3)
+
+
+def train_fit(strategy, x, y):
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr),
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat()
+    opts = tf.data.Options()
+    opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    ds = ds.with_options(opts)
+    callbacks = []
+    if FLAGS.backup_dir:
+        callbacks.append(tf.keras.callbacks.BackupAndRestore(FLAGS.backup_dir, save_freq=1))
+    if FLAGS.interrupt_at >= 0:
+        callbacks.append(Interrupt())
+    history = model.fit(ds, epochs=FLAGS.steps // 5, steps_per_epoch=5, verbose=0, callbacks=callbacks)
+    return model, history.history["loss"]
+
+
+def train_custom(strategy, x, y):
+    with strategy.scope():
+        model = build_model()
+        optimizer = tf.keras.optimizers.SGD(FLAGS.lr)
+    ds = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat())
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    @tf.function
+    def step(batch):
+        def replica_step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb)), global_batch_size=GLOBAL_BATCH)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        losses = strategy.run(replica_step, args=batch)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    iterator = iter(ds)
+    losses = [float(step(next(iterator))) for _ in range(FLAGS.steps)]
+    return model, losses
+
+
+def main(argv):
+    del argv
+    x, y = data()
+    strategy = make_strategy()
+    model, losses = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, x, y)
+    result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()]}
+    if FLAGS.strategy == "tfcomp":
+        result["payload_bytes"] = strategy.payload_bytes(model.trainable_variables)
+        state = getattr(model.optimizer, "tfcomp_state", None)
+        result["state_step"] = int(state.step.numpy()) if state is not None else None
+    with open(FLAGS.out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out")
+    app.run(main)

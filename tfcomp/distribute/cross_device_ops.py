@@ -1,0 +1,93 @@
+"""A CollectiveAllReduce that compresses gradient aggregation.
+
+MultiWorkerMirroredStrategy takes no cross_device_ops argument and asserts that
+its own is a CollectiveAllReduce, so the engine subclasses it and swaps the
+instance in. Only the reduction of a Keras optimizer's gradients goes through
+the Exchange; every other reduction (metrics, variable syncs, user
+all_reduce calls) takes the exact path of the parent class.
+"""
+from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
+from tensorflow.python.distribute import distribute_utils, reduce_util
+from tensorflow.python.distribute import values as value_lib
+from tensorflow.python.framework import ops
+from tensorflow.python.util import nest
+
+from tfcomp.distribute import gradient_calls
+from tfcomp.state import CompressionState
+
+STATE_ATTRIBUTE = "tfcomp_state"  # where the state hangs on the optimizer (and in checkpoints)
+
+
+class LauncherCollectives:
+    """The exchange's collective interface on one replica's CollectiveReplicaLauncher."""
+
+    def __init__(self, launcher, options, num_workers):
+        self._launcher = launcher
+        self._options = options
+        self.num_workers = num_workers
+
+    def allreduce(self, buffers):
+        return [self._launcher.all_reduce(b, None, self._options) for b in buffers]
+
+    def allgather(self, buffers):
+        # Payloads have fixed capacity, so the unpadded gather fits.
+        return [self._launcher._all_gather(b, self._options) for b in buffers]  # pylint: disable=protected-access
+
+
+class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
+    """CollectiveAllReduce whose gradient aggregation runs tfcomp's Exchange."""
+
+    def __init__(self, base, exchange):
+        super().__init__(devices=base._devices, group_size=base._group_size, options=base._options,
+                         collective_keys=base._collective_keys,
+                         canonicalize_devices=base._canonicalize_devices)
+        if len(self._devices) != 1:
+            raise NotImplementedError(
+                f"tfcomp's MultiWorkerMirroredStrategy compresses between workers with one device "
+                f"each; this worker has {len(self._devices)} ({', '.join(self._devices)}). Run one "
+                f"worker per device (for example CUDA_VISIBLE_DEVICES per process).")
+        self.exchange = exchange
+        self._fallback_state = None
+
+    def state_for(self, optimizer):
+        """The optimizer's CompressionState, attached to it on first use."""
+        if optimizer is None:
+            if self._fallback_state is None:
+                self._fallback_state = CompressionState(device=self._devices[0])
+            return self._fallback_state
+        state = getattr(optimizer, STATE_ATTRIBUTE, None)
+        if state is None:
+            state = CompressionState(device=self._devices[0])
+            setattr(optimizer, STATE_ATTRIBUTE, state)
+        return state
+
+    def _compressed(self, reduce_op, value, call, replica_id, options):
+        flat = nest.flatten(value, expand_composites=False)
+        if len(flat) != len(call.variables):
+            raise RuntimeError(f"tfcomp: {len(flat)} gradients reached the all-reduce for "
+                               f"{len(call.variables)} variables; cannot match them up")
+        names = [v.name for v in call.variables]
+        collectives = LauncherCollectives(self._launchers[replica_id], self._options.merge(options),
+                                          self._group_size)
+        mean = reduce_op == reduce_util.ReduceOp.MEAN
+        with ops.device(self._devices[replica_id]):
+            reduced = self.exchange.reduce(flat, names, self.state_for(call.optimizer), collectives,
+                                           "mean" if mean else "sum")
+        return nest.pack_sequence_as(value, reduced)
+
+    def _all_reduce(self, reduce_op, value, replica_id, options):
+        # ReplicaContext.all_reduce without merge_call.
+        call = gradient_calls.find()
+        if call is None:
+            return super()._all_reduce(reduce_op, value, replica_id, options)
+        return self._compressed(reduce_op, value, call, replica_id, options)
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        # The merge_call path (Keras' aggregation under MultiWorkerMirroredStrategy).
+        call = gradient_calls.find()
+        if call is None:
+            return super().batch_reduce_implementation(reduce_op, value_destination_pairs, options)
+        values = [v.values[0] if isinstance(v, value_lib.DistributedValues) else v
+                  for v, _ in value_destination_pairs]
+        reduced = self._compressed(reduce_op, values, call, 0, options)
+        return [distribute_utils.regroup((r,), wrap_class=value_lib.Mirrored) for r in reduced]
