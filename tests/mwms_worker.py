@@ -21,6 +21,7 @@ flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
 
 GLOBAL_BATCH = 64
 
@@ -56,6 +57,7 @@ class Interrupt(tf.keras.callbacks.Callback):
 
 
 def train_fit(strategy, x, y):
+    """model.fit; returns the model, its per-epoch losses and nothing extra."""
     with strategy.scope():
         model = build_model()
         model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr),
@@ -70,7 +72,7 @@ def train_fit(strategy, x, y):
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())
     history = model.fit(ds, epochs=FLAGS.steps // 5, steps_per_epoch=5, verbose=0, callbacks=callbacks)
-    return model, history.history["loss"]
+    return model, history.history["loss"], {}
 
 
 def train_custom(strategy, x, y):
@@ -81,31 +83,52 @@ def train_custom(strategy, x, y):
         tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat())
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
+    def replica_step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb)), global_batch_size=GLOBAL_BATCH)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss, grads
+
     @tf.function
     def step(batch):
-        def replica_step(xb, yb):
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb)), global_batch_size=GLOBAL_BATCH)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-        losses = strategy.run(replica_step, args=batch)
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+        losses, grads = strategy.run(replica_step, args=batch)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None), grads
 
     iterator = iter(ds)
-    losses = [float(step(next(iterator))) for _ in range(FLAGS.steps)]
-    return model, losses
+    losses = [float(step(next(iterator))[0]) for _ in range(FLAGS.steps)]
+    extra = check_mass(model, optimizer, strategy, step, iterator) if FLAGS.check_mass else {}
+    return model, losses, extra
+
+
+def check_mass(model, optimizer, strategy, step, iterator):
+    """One more step: gradient + old residual == sent + new residual, on this worker."""
+    residuals = {}
+    for v in model.trainable_variables:
+        state = optimizer.tfcomp_state.get(v.name)
+        if state and "residual" in state:
+            residuals[v.name] = state["residual"]
+    before = {name: r.numpy() for name, r in residuals.items()}
+    _, grads = step(next(iterator))
+    worst = 0.0
+    for v, g in zip(model.trainable_variables, grads):
+        if v.name in residuals:
+            corrected = strategy.experimental_local_results(g)[0].numpy() + before[v.name]
+            sent = corrected - residuals[v.name].numpy()
+            expected = np.mean(np.abs(corrected)) * np.where(corrected >= 0, 1.0, -1.0)
+            worst = max(worst, float(np.max(np.abs(sent - expected))))
+    return {"mass_error": worst, "compressed_tensors": len(residuals)}
 
 
 def main(argv):
     del argv
     x, y = data()
     strategy = make_strategy()
-    model, losses = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, x, y)
-    result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()]}
+    model, losses, extra = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, x, y)
+    result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()], **extra}
     if FLAGS.strategy == "tfcomp":
         result["payload_bytes"] = strategy.payload_bytes(model.trainable_variables)
-        state = getattr(model.optimizer, "tfcomp_state", None)
+        state = getattr(model.optimizer, "tfcomp_state", None) if FLAGS.loop == "fit" else None
         result["state_step"] = int(state.step.numpy()) if state is not None else None
     with open(FLAGS.out, "w") as f:
         json.dump(result, f)

@@ -35,6 +35,10 @@ class CompressionState(tf.Module):
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.tensors = {}
 
+    def get(self, tensor_name):
+        """{state name: tf.Variable} for one tensor, or None if it has none yet."""
+        return self.tensors.get(_key(tensor_name))
+
     def tensor_state(self, tensor_name, specs):
         """{state name: tf.Variable} for one tensor, created (zeros) on first call."""
         key = _key(tensor_name)
