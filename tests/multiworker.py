@@ -5,6 +5,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -19,11 +20,12 @@ def free_ports(n):
     return ports
 
 
-def run_workers(module, num_workers, args, out_dir, timeout=240):
-    """Starts `python -m module --out=... args` as K workers; returns each worker's JSON result.
+def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args=None):
+    """Starts `python -m module --out=... args` as K workers.
 
-    Fails (AssertionError) if a worker exits non-zero or the run outlives timeout;
-    every process is killed before returning.
+    Returns (exit codes, logs, JSON results); a worker still running after
+    timeout seconds is killed (its code is then negative). per_worker_args[t]
+    is added to worker t's arguments.
     """
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -35,11 +37,13 @@ def run_workers(module, num_workers, args, out_dir, timeout=240):
         env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": task}}),
                    TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
         log = open(out_dir / f"worker{task}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}",
-                                        *args], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
+        extra = per_worker_args[task] if per_worker_args else []
+        command = [sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
+        procs.append((subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
+    deadline = time.monotonic() + timeout
     try:
         for proc, _ in procs:
-            proc.wait(timeout=timeout)
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         pass
     finally:

@@ -15,7 +15,7 @@ flags.DEFINE_string("out", None, "Result JSON path.")
 flags.DEFINE_enum("strategy", "tfcomp", ["tfcomp", "plain"], "Which MultiWorkerMirroredStrategy.")
 flags.DEFINE_string("compression", "NoCompression", "tfcomp compressor class name.")
 flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run + apply_gradients.")
-flags.DEFINE_integer("steps", 30, "Training steps.")
+flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
@@ -24,11 +24,12 @@ flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
 flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
 
 GLOBAL_BATCH = 64
+BATCHES_PER_EPOCH = 8
 
 
 def data():
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((GLOBAL_BATCH * 8, 64)).astype(np.float32)
+    x = rng.standard_normal((GLOBAL_BATCH * BATCHES_PER_EPOCH, 64)).astype(np.float32)
     w = rng.standard_normal((64, 10)).astype(np.float32)
     y = np.argmax(x @ w, axis=1).astype(np.int64)
     return x, y
@@ -62,16 +63,18 @@ def train_fit(strategy, x, y):
         model = build_model()
         model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr),
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat()
+    # A finite dataset, so that every epoch sees the same batches, also after a restart.
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     ds = ds.with_options(opts)
     callbacks = []
     if FLAGS.backup_dir:
-        callbacks.append(tf.keras.callbacks.BackupAndRestore(FLAGS.backup_dir, save_freq=1))
+        callbacks.append(tf.keras.callbacks.BackupAndRestore(FLAGS.backup_dir))
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())
-    history = model.fit(ds, epochs=FLAGS.steps // 5, steps_per_epoch=5, verbose=0, callbacks=callbacks)
+    epochs = -(-FLAGS.steps // BATCHES_PER_EPOCH)
+    history = model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
     return model, history.history["loss"], {}
 
 

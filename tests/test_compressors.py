@@ -110,7 +110,10 @@ def test_state_restored_from_a_checkpoint_continues_identically(tmp_path):
     run(first, [1, 2])
     paths = [tf.train.Checkpoint(state=s).write(str(tmp_path / f"w{r}")) for r, s in enumerate(first.states)]
     resumed = Emulator(2, tfcomp.EFSignSGD, min_compress_elements=1)
+    grads = worker_grads(2)[0]
+    specs = resumed.exchange.state_specs([(g.shape, g.dtype) for g in grads], NAMES)
     for state, path in zip(resumed.states, paths):
+        state.build(specs)
         tf.train.Checkpoint(state=state).read(path).assert_existing_objects_matched()
     assert int(resumed.states[0].step.numpy()) == 2
     got = run(resumed, [3, 4])[-1]

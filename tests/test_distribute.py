@@ -1,10 +1,13 @@
 """tfcomp.distribute.MultiWorkerMirroredStrategy with real worker processes on localhost."""
+import time
+
 import numpy as np
 import pytest
 
+import tfcomp
 from tests.multiworker import run_workers
 
-STEPS = 30
+STEPS = 32
 
 
 def train(tmp_path, workers=2, **flags):
@@ -51,3 +54,42 @@ def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):
         # gradient + old residual == what was sent (mean|p| sign p) + new residual, per tensor
         assert worker["mass_error"] < 1e-5, worker["mass_error"]
         assert worker["compressed_tensors"] >= 2
+
+
+def test_unknown_compressor_fails_at_construction():
+    with pytest.raises(ValueError, match="compression must be a tfcomp compressor"):
+        tfcomp.distribute.MultiWorkerMirroredStrategy(compression="topk")
+
+
+def test_workers_disagreeing_on_the_compressor_fail_clearly(tmp_path):
+    start = time.monotonic()
+    codes, logs, _ = run_workers("tests.mwms_worker", 2, ["--timeout=20"], tmp_path,
+                                 per_worker_args=[["--compression=SignSGD"], ["--compression=EFSignSGD"]])
+    assert codes == [1, 1], logs
+    for log in logs:
+        assert "workers disagree on the compression" in log
+        assert "SignSGD" in log
+    assert time.monotonic() - start < 120
+
+
+def test_a_lost_worker_fails_the_step_instead_of_hanging(tmp_path):
+    start = time.monotonic()
+    codes, logs, _ = run_workers("tests.mwms_worker", 2, ["--compression=EFSignSGD", "--timeout=10"], tmp_path,
+                                 per_worker_args=[[], ["--interrupt_at=3"]])
+    assert codes[1] == 3
+    assert codes[0] not in (0, None) and codes[0] > 0, "the surviving worker must fail, not hang or be killed"
+    assert "DeadlineExceeded" in logs[0] or "timed out" in logs[0] or "Unavailable" in logs[0], logs[0][-2000:]
+    assert time.monotonic() - start < 120
+
+
+def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
+    backup = tmp_path / "backup"
+    codes, logs, _ = run_workers("tests.mwms_worker", 2, ["--compression=EFSignSGD", f"--backup_dir={backup}",
+                                                          "--interrupt_at=20"], tmp_path / "interrupted")
+    assert codes == [3, 3], logs
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights(resumed)
+    for a, b in zip(resumed[0]["weights"], uninterrupted[0]["weights"]):
+        np.testing.assert_array_equal(np.array(a), np.array(b))
+    assert resumed[0]["state_step"] == STEPS

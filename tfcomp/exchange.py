@@ -50,6 +50,13 @@ class Exchange:
             return self.dense
         return self.compressor
 
+    def state_specs(self, shapes_and_dtypes, names):
+        """{tensor name: {state name: (shape, dtype)}} of the compressor state these tensors need."""
+        specs = {}
+        for (shape, dtype), name in zip(shapes_and_dtypes, names):
+            specs[name] = self.plan(shape, dtype).state_specs(tf.TensorShape(shape), tf.as_dtype(dtype))
+        return specs
+
     def payload_bytes(self, shapes_and_dtypes):
         """Bytes one worker sends into the collectives per step."""
         return sum(self.plan(s, d).payload_bytes(s, d) for s, d in shapes_and_dtypes)
@@ -60,10 +67,11 @@ class Exchange:
             raise ValueError(f"reduce_op must be 'mean' or 'sum', got {reduce_op!r}")
         grads = [_dense(g, n) for g, n in zip(grads, names)]
         k = collectives.num_workers
+        state.build(self.state_specs([(g.shape, g.dtype) for g in grads], names))
         pending = []
         for i, (grad, name) in enumerate(zip(grads, names)):
             compressor = self.plan(grad.shape, grad.dtype)
-            variables = state.tensor_state(name, compressor.state_specs(grad.shape, grad.dtype))
+            variables = state.get(name)
             ctx = TensorContext(name, k, state.step, self.global_seed, average=reduce_op == "mean")
             pending.append((i, compressor is not self.dense, compressor.compress(grad, variables, ctx)))
         results = [None] * len(grads)

@@ -1,16 +1,34 @@
 """Compressor state (residuals, factors, the step counter) as tf.Variables in
 one trackable, so that tf.train.Checkpoint, model.save and BackupAndRestore
 carry it when it is attached to the optimizer. A restart must not lose
-error-feedback memory."""
+error-feedback memory.
+
+Residuals differ from worker to worker, yet tf.distribute restores every
+worker from the chief's checkpoint. So the per-tensor state is saved as every
+worker's values stacked, [K, ...], gathered across workers at save time (as
+tf.distribute does for its own sync-on-read variables, every worker takes part
+in a save), and each worker restores its own row. The engine builds all
+per-tensor variables before it attaches the state to the optimizer, so a
+restore that waited for the state (Keras restores before the first step)
+finds them.
+"""
 import contextlib
 import re
 
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.trackable import data_structures
+from tensorflow.python.training.saving import saveable_object
 
 
 def _key(tensor_name):
-    return re.sub(r"[^0-9A-Za-z_.-]", "_", tensor_name)
+    # Letters and digits only, others as _hex, so distinct names keep distinct keys;
+    # checkpoint keys escape "." and "/", and not the same way on save and restore.
+    return re.sub(r"[^0-9A-Za-z]", lambda m: f"_{ord(m.group()):02x}", tensor_name)
+
+
+def _path(key, state_name):
+    return f"{key}--{state_name}"
 
 
 @contextlib.contextmanager
@@ -26,25 +44,58 @@ def worker_local_variables(device=None):
 
 
 class CompressionState(tf.Module):
-    """Per-tensor state variables, created on first use and found again by name."""
+    """Per-tensor state variables, created on first use and found again by name.
 
-    def __init__(self, name="tfcomp_state", device=None):
+    gather(tensor) -> [num_workers, ...] stacks every worker's tensor (None for
+    a single worker); rank is this worker's row.
+    """
+
+    def __init__(self, name="tfcomp_state", device=None, gather=None, num_workers=1, rank=0):
         super().__init__(name=name)
         self._device = device
+        self._gather = gather or (lambda t: t[None])
+        self._num_workers = num_workers
+        self._rank = rank
         with worker_local_variables(device):
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.tensors = {}
+        # Saved through _serialize_to_tensors, not as children: see the module doc.
+        self._tensors = data_structures.NoDependency({})
 
     def get(self, tensor_name):
         """{state name: tf.Variable} for one tensor, or None if it has none yet."""
-        return self.tensors.get(_key(tensor_name))
+        return self._tensors.get(_key(tensor_name))
+
+    def build(self, specs_by_tensor):
+        """Creates (zeros) the missing state of {tensor name: {state name: (shape, dtype)}}."""
+        for tensor_name, specs in specs_by_tensor.items():
+            self.tensor_state(tensor_name, specs)
 
     def tensor_state(self, tensor_name, specs):
         """{state name: tf.Variable} for one tensor, created (zeros) on first call."""
         key = _key(tensor_name)
-        if key not in self.tensors:
+        if key not in self._tensors:
             with worker_local_variables(self._device):
-                self.tensors[key] = {
+                self._tensors[key] = {
                     name: tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"{key}/{name}")
                     for name, (shape, dtype) in specs.items()}
-        return self.tensors[key]
+        return self._tensors[key]
+
+    def _serialize_to_tensors(self):
+        # Callables: the gather (a collective) runs when saving, never when a
+        # restore only asks which tensors there are.
+        return {_path(key, name): saveable_object.SaveSpec(
+                    lambda var=var: self._gather(var.read_value()), "", _path(key, name),
+                    dtype=var.dtype, device=var.device)
+                for key, states in self._tensors.items() for name, var in states.items()}
+
+    def _restore_from_tensors(self, restored_tensors):
+        assigns = []
+        for path, stacked in restored_tensors.items():
+            if stacked.shape[0] != self._num_workers:
+                raise ValueError(
+                    f"the checkpoint holds tfcomp state of {stacked.shape[0]} workers, this run has "
+                    f"{self._num_workers}: error-feedback residuals cannot be split differently. "
+                    f"Resume with {stacked.shape[0]} workers.")
+            key, name = path.rsplit("--", 1)
+            assigns.append(self._tensors[key][name].assign(stacked[self._rank]))
+        return tf.group(assigns)

@@ -9,10 +9,12 @@ all_reduce calls) takes the exact path of the parent class.
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 from tensorflow.python.distribute import distribute_utils, reduce_util
 from tensorflow.python.distribute import values as value_lib
-from tensorflow.python.framework import ops
+from tensorflow.python.framework import dtypes, ops
+from tensorflow.python.ops import array_ops, math_ops
 from tensorflow.python.util import nest
 
 from tfcomp.distribute import gradient_calls
+from tfcomp.fusion import WIRE_DTYPES
 from tfcomp.state import CompressionState
 
 STATE_ATTRIBUTE = "tfcomp_state"  # where the state hangs on the optimizer (and in checkpoints)
@@ -37,7 +39,7 @@ class LauncherCollectives:
 class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
     """CollectiveAllReduce whose gradient aggregation runs tfcomp's Exchange."""
 
-    def __init__(self, base, exchange):
+    def __init__(self, base, exchange, rank):
         super().__init__(devices=base._devices, group_size=base._group_size, options=base._options,
                          collective_keys=base._collective_keys,
                          canonicalize_devices=base._canonicalize_devices)
@@ -47,19 +49,30 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
                 f"each; this worker has {len(self._devices)} ({', '.join(self._devices)}). Run one "
                 f"worker per device (for example CUDA_VISIBLE_DEVICES per process).")
         self.exchange = exchange
-        self._fallback_state = None
+        self._rank = rank
 
-    def state_for(self, optimizer):
-        """The optimizer's CompressionState, attached to it on first use."""
-        if optimizer is None:
-            if self._fallback_state is None:
-                self._fallback_state = CompressionState(device=self._devices[0])
-            return self._fallback_state
-        state = getattr(optimizer, STATE_ATTRIBUTE, None)
+    def state_for(self, optimizer, specs):
+        """The optimizer's CompressionState, built and attached to it on first use.
+
+        Attaching it restores it when the optimizer came from a checkpoint, so
+        it is built (every tensor's variables) first.
+        """
+        holder = optimizer if optimizer is not None else self
+        state = getattr(holder, STATE_ATTRIBUTE, None)
         if state is None:
-            state = CompressionState(device=self._devices[0])
-            setattr(optimizer, STATE_ATTRIBUTE, state)
+            with ops.init_scope():
+                state = CompressionState(device=self._devices[0], gather=self._gather_across_workers,
+                                         num_workers=self._group_size, rank=self._rank)
+                state.build(specs)
+                setattr(holder, STATE_ATTRIBUTE, state)
         return state
+
+    def _gather_across_workers(self, tensor):
+        """[K, ...]: every worker's tensor, for saving per-worker state (all workers save)."""
+        wire = tensor if tensor.dtype in WIRE_DTYPES else math_ops.cast(tensor, dtypes.float32)
+        with ops.device(self._devices[0]):
+            gathered = self._launchers[0]._all_gather(array_ops.expand_dims(wire, 0), self._options)  # pylint: disable=protected-access
+        return math_ops.cast(gathered, tensor.dtype)
 
     def _compressed(self, reduce_op, value, call, replica_id, options):
         flat = nest.flatten(value, expand_composites=False)
@@ -67,11 +80,12 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
             raise RuntimeError(f"tfcomp: {len(flat)} gradients reached the all-reduce for "
                                f"{len(call.variables)} variables; cannot match them up")
         names = [v.name for v in call.variables]
+        specs = self.exchange.state_specs([(g.shape, g.dtype) for g in flat], names)
         collectives = LauncherCollectives(self._launchers[replica_id], self._options.merge(options),
                                           self._group_size)
         mean = reduce_op == reduce_util.ReduceOp.MEAN
         with ops.device(self._devices[replica_id]):
-            reduced = self.exchange.reduce(flat, names, self.state_for(call.optimizer), collectives,
+            reduced = self.exchange.reduce(flat, names, self.state_for(call.optimizer, specs), collectives,
                                            "mean" if mean else "sum")
         return nest.pack_sequence_as(value, reduced)
 

@@ -41,7 +41,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
                 "tfcomp hooks MultiWorkerMirroredStrategy's private _cross_device_ops, which this "
                 f"TensorFlow ({tf.__version__}) does not have as a CollectiveAllReduce; install the "
                 "pinned tensorflow==2.15.1")
-        extended._cross_device_ops = CompressingCollectiveAllReduce(base, exchange)
+        extended._cross_device_ops = CompressingCollectiveAllReduce(
+            base, exchange, rank=self.cluster_resolver.task_id or 0)
         self.exchange = exchange
         self._check_workers_agree()
 
