@@ -10,7 +10,7 @@ CUDA_ARCHS ?= 70 75 80 86 89 90
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PYTHON
 
-.PHONY: venv constraints build test pytest bazel-test cuda-check build-gpu bench clean
+.PHONY: venv constraints build demo test pytest bazel-test cuda-check build-gpu bench clean
 
 venv:
 	@tools/bootstrap_venv.sh $(VENV)
@@ -28,6 +28,11 @@ $(OP_LIBRARY): $(OP_SOURCES) $(PINS_STAMP)
 	@touch $@
 
 build: venv $(OP_LIBRARY)
+
+# The main job: 2-worker training on localhost, uncompressed and with each
+# compressor; DEMO_FLAGS=--slow_link repeats it over an emulated 1 Gbit/s link (root).
+demo: build
+	$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
 
 pytest: build
 	$(PYTHON) -m pytest -q tests

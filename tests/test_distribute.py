@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tfcomp
-from tests.multiworker import run_workers
+from tfcomp.testing.local_cluster import run_workers
 
 STEPS = 32
 

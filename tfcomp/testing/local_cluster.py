@@ -1,4 +1,5 @@
-"""Runs K real worker processes on localhost with TF_CONFIG, for engine tests."""
+"""Runs K real worker processes on localhost with TF_CONFIG: the engine tests'
+and the main job's cluster."""
 import json
 import os
 import pathlib
@@ -7,7 +8,7 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
 
 def free_ports(n):
@@ -20,12 +21,13 @@ def free_ports(n):
     return ports
 
 
-def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args=None):
+def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args=None, prefix=()):
     """Starts `python -m module --out=... args` as K workers.
 
     Returns (exit codes, logs, JSON results); a worker still running after
     timeout seconds is killed (its code is then negative). per_worker_args[t]
-    is added to worker t's arguments.
+    is added to worker t's arguments; prefix runs each worker under a command
+    (for example `ip netns exec NAME`).
     """
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -38,7 +40,7 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
                    TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
         log = open(out_dir / f"worker{task}.log", "w")
         extra = per_worker_args[task] if per_worker_args else []
-        command = [sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
+        command = [*prefix, sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
         procs.append((subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout
     try:

@@ -1,0 +1,1 @@
+"""Keras reference models for tfcomp's main job, tests and benchmarks."""
