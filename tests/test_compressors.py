@@ -250,3 +250,13 @@ def test_a_failing_worker_does_not_hang_the_others():
     grads = [[tf.ones((4, 4)), tf.ones((4, 4))] for _ in range(2)]
     with pytest.raises(RuntimeError, match="boom"):
         emu.step(grads, ["good", "bad"])
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"bucket_bytes": 0}, "bucket_bytes must be a positive number of bytes"),
+    ({"bucket_bytes": 1.5e6}, "bucket_bytes must be a positive number of bytes"),
+    ({"min_compress_elements": -1}, "min_compress_elements must be an integer >= 0"),
+])
+def test_bad_exchange_options_are_rejected(options, message):
+    with pytest.raises(ValueError, match=message):
+        Exchange(tfcomp.SignSGD, **options)

@@ -28,8 +28,10 @@ class Exchange:
 
     def __init__(self, compression=None, *, min_compress_elements=DEFAULT_MIN_COMPRESS_ELEMENTS,
                  bucket_bytes=DEFAULT_BUCKET_BYTES, global_seed=0):
-        if bucket_bytes <= 0:
-            raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+        if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be a positive number of bytes, got {bucket_bytes!r}")
+        if not isinstance(min_compress_elements, int) or min_compress_elements < 0:
+            raise ValueError(f"min_compress_elements must be an integer >= 0, got {min_compress_elements!r}")
         self.compressor = resolve(compression)
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
         self.min_compress_elements = min_compress_elements
@@ -99,17 +101,13 @@ class Exchange:
         for (kind, compressed), entries in slots.items():
             cap = self.bucket_bytes
             if compressed:
-                sent = sum(t.shape.num_elements() * t.dtype.size for _, _, t in entries)
-                dense = sum(_nbytes(grads[pending[pos][0]]) for pos in {p for p, _, _ in entries})
+                sent = sum(fusion.nbytes(t) for _, _, t in entries)
+                dense = sum(fusion.nbytes(grads[pending[pos][0]]) for pos in {p for p, _, _ in entries})
                 cap = max(1, int(self.bucket_bytes * sent / max(dense, 1)))
             tensors = [t for _, _, t in entries]
             for (pos, j, _), out in zip(entries, fusion.run_collective(kind, tensors, collectives, cap)):
                 outputs[pos][j] = out
         return outputs
-
-
-def _nbytes(t):
-    return t.shape.num_elements() * t.dtype.size
 
 
 def _dense(grad, name):

@@ -30,19 +30,19 @@ def buckets(sizes, cap_bytes):
 WIRE_DTYPES = (tf.float16, tf.float32, tf.float64, tf.int32, tf.int64)
 
 
-def _nbytes(t):
+def nbytes(t):
     return t.shape.num_elements() * t.dtype.size
 
 
 def _padded_nbytes(t):
-    return -(-_nbytes(t) // 4) * 4
+    return -(-nbytes(t) // 4) * 4
 
 
 def _to_words(t):
     """t's bytes, zero-padded to whole 4-byte words, as int32."""
     flat = tf.reshape(t, [-1])
     raw = flat if t.dtype == tf.uint8 else tf.reshape(tf.bitcast(flat, tf.uint8), [-1])
-    raw = tf.pad(raw, [[0, _padded_nbytes(t) - _nbytes(t)]])
+    raw = tf.pad(raw, [[0, _padded_nbytes(t) - nbytes(t)]])
     return tf.bitcast(tf.reshape(raw, [-1, 4]), tf.int32)
 
 
@@ -65,7 +65,7 @@ def allreduce_fused(tensors, collectives, cap_bytes):
         by_dtype.setdefault(t.dtype, []).append(i)
     groups = []
     for indices in by_dtype.values():
-        for group in buckets([_nbytes(tensors[i]) for i in indices], cap_bytes):
+        for group in buckets([nbytes(tensors[i]) for i in indices], cap_bytes):
             groups.append([indices[j] for j in group])
     buffers = [tf.concat([_on_wire(tf.reshape(tensors[i], [-1])) for i in g], 0) for g in groups]
     for group, summed in zip(groups, collectives.allreduce(buffers)):
@@ -84,7 +84,7 @@ def allgather_fused(tensors, collectives, cap_bytes):
         sizes = [_padded_nbytes(tensors[i]) for i in group]
         stacked = tf.reshape(tf.bitcast(gathered, tf.uint8), [collectives.num_workers, sum(sizes)])
         for i, part in zip(group, tf.split(stacked, sizes, axis=1)):
-            part = part[:, :_nbytes(tensors[i])]
+            part = part[:, :nbytes(tensors[i])]
             results[i] = _from_bytes(part, tensors[i].dtype, tensors[i].shape)
     return results
 

@@ -4,71 +4,20 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "custom_ops/testing/check.h"
+
 namespace {
 
-// ---- A minimal test harness: CHECK(cond) << "context"; ---------------------
-
-struct TestCase {
-  const char* name;
-  void (*fn)();
-};
-std::vector<TestCase>& Tests() {
-  static std::vector<TestCase> tests;
-  return tests;
-}
-struct Register {
-  Register(const char* name, void (*fn)()) { Tests().push_back({name, fn}); }
-};
-int g_failures = 0;  // in the running test
-
-class Failure {
- public:
-  Failure(const char* file, int line, const char* cond) {
-    msg_ << file << ":" << line << ": CHECK(" << cond << ") failed: ";
-  }
-  ~Failure() {
-    if (++g_failures <= 10) std::fprintf(stderr, "  %s\n", msg_.str().c_str());
-  }
-  std::ostream& stream() { return msg_; }
-
- private:
-  std::ostringstream msg_;
-};
-
-#define TEST(name)                              \
-  void name();                                  \
-  const Register register_##name(#name, name);  \
-  void name()
-#define CHECK(cond) \
-  if (cond) {       \
-  } else            \
-    Failure(__FILE__, __LINE__, #cond).stream()
-
-int RunTests() {
-  int passed = 0, failed = 0;
-  for (const TestCase& t : Tests()) {
-    g_failures = 0;
-    t.fn();
-    if (g_failures == 0) {
-      ++passed;
-    } else {
-      ++failed;
-      std::fprintf(stderr, "FAILED %s (%d failed checks)\n", t.name, g_failures);
-    }
-  }
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
-}
+using tfcomp::testing::Case;
+using tfcomp::testing::Summary;
 
 // ---- References ------------------------------------------------------------
 
@@ -106,7 +55,7 @@ uint64_t Bits(T x) {
 
 // ---- Tests -----------------------------------------------------------------
 
-TEST(NumWords) {
+void NumWords() {
   const int64_t cases[][2] = {{0, 0}, {1, 1}, {31, 1}, {32, 1}, {33, 2},
                               {64, 2}, {65, 3}, {int64_t{1} << 40, int64_t{1} << 35}};
   for (const auto& c : cases) {
@@ -118,7 +67,7 @@ TEST(NumWords) {
   CHECK(tfcomp::sign::NumScaleBlocks(tfcomp::sign::kScaleBlockElements + 1) == 2);
 }
 
-TEST(AccumulatorTypes) {
+void AccumulatorTypes() {
   CHECK((std::is_same<tfcomp::sign::Accumulator<float>::type, float>::value));
   CHECK((std::is_same<tfcomp::sign::Accumulator<double>::type, double>::value));
 }
@@ -139,8 +88,8 @@ void CheckSignBitSpecials() {
   CHECK(tfcomp::sign::SignBit(L::denorm_min()) == 1);
   CHECK(tfcomp::sign::SignBit(-L::denorm_min()) == 0);
 }
-TEST(SignBitSpecialsFloat) { CheckSignBitSpecials<float>(); }
-TEST(SignBitSpecialsDouble) { CheckSignBitSpecials<double>(); }
+void SignBitSpecialsFloat() { CheckSignBitSpecials<float>(); }
+void SignBitSpecialsDouble() { CheckSignBitSpecials<double>(); }
 
 template <typename T>
 void CheckAbsValue() {
@@ -154,8 +103,8 @@ void CheckAbsValue() {
     }
   }
 }
-TEST(AbsValueFloat) { CheckAbsValue<float>(); }
-TEST(AbsValueDouble) { CheckAbsValue<double>(); }
+void AbsValueFloat() { CheckAbsValue<float>(); }
+void AbsValueDouble() { CheckAbsValue<double>(); }
 
 template <typename T>
 void CheckPackWord() {
@@ -187,10 +136,10 @@ void CheckPackWord() {
     }
   }
 }
-TEST(PackWordFloat) { CheckPackWord<float>(); }
-TEST(PackWordDouble) { CheckPackWord<double>(); }
+void PackWordFloat() { CheckPackWord<float>(); }
+void PackWordDouble() { CheckPackWord<double>(); }
 
-TEST(PackWordBitOrder) {
+void PackWordBitOrder() {
   // One negative element at position b clears exactly bit b (LSB first).
   for (int b = 0; b < kBitsPerWord; ++b) {
     float x[kBitsPerWord];
@@ -207,7 +156,7 @@ TEST(PackWordBitOrder) {
   CHECK(tfcomp::sign::PackWord(ones, 0, &sum) == 0u);
 }
 
-TEST(BitOf) {
+void BitOf() {
   const uint32_t words[] = {0u, ~0u, 0x80000001u, 0x5555aaaau};
   for (uint32_t w : words) {
     for (int b = 0; b < kBitsPerWord; ++b) {
@@ -230,10 +179,10 @@ void CheckUnpackValue() {
     }
   }
 }
-TEST(UnpackValueFloat) { CheckUnpackValue<float>(); }
-TEST(UnpackValueDouble) { CheckUnpackValue<double>(); }
+void UnpackValueFloat() { CheckUnpackValue<float>(); }
+void UnpackValueDouble() { CheckUnpackValue<double>(); }
 
-TEST(MajorityVote) {
+void MajorityVote() {
   for (int64_t k = 1; k <= 9; ++k) {
     for (int64_t p = 0; p <= k; ++p) {
       CHECK(tfcomp::sign::MajorityVote(p, k) == RefVote(p, k)) << "k=" << k << " p=" << p;
@@ -250,4 +199,19 @@ TEST(MajorityVote) {
 
 }  // namespace
 
-int main() { return RunTests(); }
+int main() {
+  Case("NumWords", NumWords);
+  Case("AccumulatorTypes", AccumulatorTypes);
+  Case("SignBitSpecialsFloat", SignBitSpecialsFloat);
+  Case("SignBitSpecialsDouble", SignBitSpecialsDouble);
+  Case("AbsValueFloat", AbsValueFloat);
+  Case("AbsValueDouble", AbsValueDouble);
+  Case("PackWordFloat", PackWordFloat);
+  Case("PackWordDouble", PackWordDouble);
+  Case("PackWordBitOrder", PackWordBitOrder);
+  Case("BitOf", BitOf);
+  Case("UnpackValueFloat", UnpackValueFloat);
+  Case("UnpackValueDouble", UnpackValueDouble);
+  Case("MajorityVote", MajorityVote);
+  return Summary();
+}

@@ -12,50 +12,15 @@
 #include <limits>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "custom_ops/testing/check.h"
 #include "tensorflow/c/c_api.h"
 
 namespace {
 
-// ---- A minimal test harness: CHECK(cond) << "context"; ---------------------
-
-int g_passed = 0, g_failed = 0;
-int g_case_failures = 0;  // in the running case
-
-class Failure {
- public:
-  Failure(const char* file, int line, const char* cond) {
-    msg_ << file << ":" << line << ": CHECK(" << cond << ") failed: ";
-  }
-  ~Failure() {
-    if (++g_case_failures <= 5) std::fprintf(stderr, "  %s\n", msg_.str().c_str());
-  }
-  std::ostream& stream() { return msg_; }
-
- private:
-  std::ostringstream msg_;
-};
-
-#define CHECK(cond) \
-  if (cond) {       \
-  } else            \
-    Failure(__FILE__, __LINE__, #cond).stream()
-
-// Runs one named case; a case passes when none of its CHECKs fail.
-template <typename Fn>
-void Case(const std::string& name, Fn fn) {
-  g_case_failures = 0;
-  fn();
-  if (g_case_failures == 0) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::fprintf(stderr, "FAILED %s (%d failed checks)\n", name.c_str(), g_case_failures);
-  }
-}
+using tfcomp::testing::Case;
 
 // ---- The dtypes: storage, conversion to double, and test values ------------
 //
@@ -530,6 +495,5 @@ int main(int argc, char** argv) {
   TestDtype<Half>();
   TestDtype<BFloat16>();
   TestErrors();
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return tfcomp::testing::Summary();
 }
