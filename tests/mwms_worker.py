@@ -21,6 +21,7 @@ flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+flags.DEFINE_string("save_dir", None, "model.save() here after training (every worker saves).")
 flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
 
 GLOBAL_BATCH = 64
@@ -129,6 +130,11 @@ def main(argv):
     strategy = make_strategy()
     model, losses, extra = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, x, y)
     result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()], **extra}
+    if FLAGS.save_dir:
+        task = strategy.cluster_resolver.task_id
+        path = f"{FLAGS.save_dir}/model" if task == 0 else f"{FLAGS.save_dir}/worker{task}_tmp"
+        model.save(path)
+        result["saved_variables"] = tf.train.list_variables(f"{path}/variables/variables")
     if FLAGS.strategy == "tfcomp":
         result["payload_bytes"] = strategy.payload_bytes(model.trainable_variables)
         state = getattr(model.optimizer, "tfcomp_state", None) if FLAGS.loop == "fit" else None

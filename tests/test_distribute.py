@@ -93,3 +93,10 @@ def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
     for a, b in zip(resumed[0]["weights"], uninterrupted[0]["weights"]):
         np.testing.assert_array_equal(np.array(a), np.array(b))
     assert resumed[0]["state_step"] == STEPS
+
+
+def test_model_save_works_with_compressed_training(tmp_path):
+    results = train(tmp_path, compression="EFSignSGD", save_dir=tmp_path / "saved")
+    names = [name for name, _ in results[0]["saved_variables"]]
+    assert any("dense" in n for n in names)
+    assert (tmp_path / "saved" / "model" / "saved_model.pb").exists()

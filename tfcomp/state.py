@@ -81,21 +81,27 @@ class CompressionState(tf.Module):
         return self._tensors[key]
 
     def _serialize_to_tensors(self):
+        variables = {_path(key, name): var for key, states in self._tensors.items()
+                     for name, var in states.items()}
+        if not tf.executing_eagerly():
+            # Traced into a SavedModel's save function, whose graph cannot reach
+            # these untracked variables: a SavedModel does not carry the state.
+            return {}
         # Callables: the gather (a collective) runs when saving, never when a
         # restore only asks which tensors there are.
-        return {_path(key, name): saveable_object.SaveSpec(
-                    lambda var=var: self._gather(var.read_value()), "", _path(key, name),
-                    dtype=var.dtype, device=var.device)
-                for key, states in self._tensors.items() for name, var in states.items()}
+        return {path: saveable_object.SaveSpec(lambda var=var: self._gather(var.read_value()), "", path,
+                                               dtype=var.dtype, device=var.device)
+                for path, var in variables.items()}
 
     def _restore_from_tensors(self, restored_tensors):
         assigns = []
         for path, stacked in restored_tensors.items():
-            if stacked.shape[0] != self._num_workers:
+            saved_workers = stacked.shape[0]
+            if saved_workers is not None and saved_workers != self._num_workers:
                 raise ValueError(
-                    f"the checkpoint holds tfcomp state of {stacked.shape[0]} workers, this run has "
+                    f"the checkpoint holds tfcomp state of {saved_workers} workers, this run has "
                     f"{self._num_workers}: error-feedback residuals cannot be split differently. "
-                    f"Resume with {stacked.shape[0]} workers.")
+                    f"Resume with {saved_workers} workers.")
             key, name = path.rsplit("--", 1)
             assigns.append(self._tensors[key][name].assign(stacked[self._rank]))
         return tf.group(assigns)
