@@ -67,7 +67,7 @@ def allreduce_fused(tensors, collectives, cap_bytes):
     for indices in by_dtype.values():
         for group in buckets([nbytes(tensors[i]) for i in indices], cap_bytes):
             groups.append([indices[j] for j in group])
-    buffers = [tf.concat([_on_wire(tf.reshape(tensors[i], [-1])) for i in g], 0) for g in groups]
+    buffers = [tf.concat([on_wire(tf.reshape(tensors[i], [-1])) for i in g], 0) for g in groups]
     for group, summed in zip(groups, collectives.allreduce(buffers)):
         parts = tf.split(summed, [tensors[i].shape.num_elements() for i in group])
         for i, part in zip(group, parts):
@@ -89,7 +89,8 @@ def allgather_fused(tensors, collectives, cap_bytes):
     return results
 
 
-def _on_wire(t):
+def on_wire(t):
+    """t as a dtype the collectives move (float32 for bfloat16 and the like)."""
     return t if t.dtype in WIRE_DTYPES else tf.cast(t, tf.float32)
 
 

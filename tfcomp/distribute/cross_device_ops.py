@@ -9,12 +9,12 @@ all_reduce calls) takes the exact path of the parent class.
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 from tensorflow.python.distribute import distribute_utils, reduce_util
 from tensorflow.python.distribute import values as value_lib
-from tensorflow.python.framework import dtypes, ops
+from tensorflow.python.framework import ops
 from tensorflow.python.ops import array_ops, math_ops
 from tensorflow.python.util import nest
 
 from tfcomp.distribute import gradient_calls
-from tfcomp.fusion import WIRE_DTYPES
+from tfcomp import fusion
 from tfcomp.state import CompressionState
 
 STATE_ATTRIBUTE = "tfcomp_state"  # where the state hangs on the optimizer (and in checkpoints)
@@ -69,7 +69,7 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
 
     def _gather_across_workers(self, tensor):
         """[K, ...]: every worker's tensor, for saving per-worker state (all workers save)."""
-        wire = tensor if tensor.dtype in WIRE_DTYPES else math_ops.cast(tensor, dtypes.float32)
+        wire = fusion.on_wire(tensor)
         with ops.device(self._devices[0]):
             gathered = self._launchers[0]._all_gather(array_ops.expand_dims(wire, 0), self._options)  # pylint: disable=protected-access
         return math_ops.cast(gathered, tensor.dtype)
