@@ -5,6 +5,9 @@ is loaded once, on first use. If it is missing or was built against another
 TensorFlow, OpLibraryError says how to rebuild it: tfcomp never falls back to
 slower code behind the user's back.
 
+Hashed selection and sparse decoding (DRAGONN): see hash_select and
+sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h.
+
 Sign packing (signSGD, EF-signSGD):
   * element i of the flattened tensor is bit i % 32 of word i // 32, least
     significant bit first; padding bits past n are 0;
@@ -27,7 +30,7 @@ import tensorflow as tf
 LIBRARY_PATH = pathlib.Path(__file__).resolve().parent / "_tfcomp_ops.so"
 REBUILD_HINT = ("Rebuild it from the tfcomp checkout with `make build` "
                 "(or `pip install --no-build-isolation -e .`).")
-SIGN_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+SIGN_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)  # every op's float types
 
 _BUILD_INFO = re.compile(rb"tfcomp-build-info: tensorflow=([^ ;]+) cuda=([01]);")
 
@@ -99,5 +102,36 @@ def sign_majority(words, n, dtype=tf.float32):
     return library().tfcomp_sign_majority(words, _count(n), dtype=dtype)
 
 
-for _op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority"):
+def index_dtype(num_elements):
+    """int32 indices while they fit, else int64."""
+    return tf.int32 if num_elements <= 2**31 else tf.int64
+
+
+def hash_select(g, threshold, seed, capacity):
+    """DRAGONN's hashed threshold selection over g (any shape, flattened).
+
+    Every element with |g| >= threshold (and every NaN) goes to slot h(i) of
+    `capacity` slots, h a universal hash drawn from seed (int64[2]); the largest
+    index wins a shared slot, on every device and thread count. Returns
+    (values[capacity], indices[capacity]); empty slots are (0, -1).
+    """
+    g = tf.convert_to_tensor(g)
+    _check_dtype(g.dtype, "hash_select's input")
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    n = g.shape.num_elements()
+    return library().tfcomp_hash_select(
+        g, tf.cast(threshold, g.dtype), tf.cast(seed, tf.int64), capacity=int(capacity),
+        Tindex=tf.int64 if n is None else index_dtype(n))
+
+
+def sparse_decode(values, indices, n):
+    """zeros(n) plus values scatter-added at indices, in order; index -1 is skipped."""
+    values = tf.convert_to_tensor(values)
+    _check_dtype(values.dtype, "sparse_decode's values")
+    return library().tfcomp_sparse_decode(values, indices, _count(n))
+
+
+for _op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority", "TfcompHashSelect",
+            "TfcompSparseDecode"):
     tf.no_gradient(_op)

@@ -51,9 +51,9 @@ done
 # Warnings from TensorFlow's own headers under nvcc: unused [[nodiscard]] results (2810),
 # partially overridden virtuals (611), and g++'s noinline-after-inline (-Wattributes).
 NVCC_FLAGS=(-c -x cu -DGOOGLE_CUDA=1 -DNDEBUG -Xcompiler -fPIC --expt-relaxed-constexpr
-  -std=c++17 -O3 "${TF_CFLAGS[@]}" -diag-suppress 611,2810 -Xcompiler -Wno-attributes
+  -std=c++17 -O3 -I"$PWD" "${TF_CFLAGS[@]}" -diag-suppress 611,2810 -Xcompiler -Wno-attributes
   --threads 0 "${GENCODE[@]}")
-CXX_FLAGS=(-c -fPIC -O3 -DNDEBUG -DGOOGLE_CUDA=1 "${TF_CFLAGS[@]}" -Wno-attributes)
+CXX_FLAGS=(-c -fPIC -O3 -DNDEBUG -DGOOGLE_CUDA=1 -I"$PWD" "${TF_CFLAGS[@]}" -Wno-attributes)
 
 mapfile -t CU_SRCS < <(find custom_ops -name '*.cu.cc' | sort)
 mapfile -t CC_SRCS < <(find custom_ops -name '*.cc' ! -name '*.cu.cc' ! -path '*/cc/tests/*' | sort)
@@ -92,7 +92,7 @@ echo "build_gpu_library: wrote $OUT/_tfcomp_ops.so"
 for src in custom_ops/*/cuda_test/*.cu; do
   [[ -e $src ]] || continue
   name=$(basename "$src" .cu)
-  "$NVCC" -c -x cu -std=c++17 -O2 --threads 0 "${GENCODE[@]}" "$src" -o "$OUT/obj/$name.o" \
+  "$NVCC" -c -x cu -std=c++17 -O2 -I"$PWD" --threads 0 "${GENCODE[@]}" "$src" -o "$OUT/obj/$name.o" \
     || die "compiling $src failed"
   g++ -o "$OUT/tests/$name" "$OUT/obj/$name.o" -L"$CUDA_HOME/lib64" -l:libcudart.so.12 \
     -Wl,-rpath,"$CUDA_HOME/lib64" || die "linking $src failed (libcudart.so.12 in $CUDA_HOME/lib64?)"

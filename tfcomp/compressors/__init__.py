@@ -2,6 +2,7 @@
 from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round, TensorContext, resolve
 from tfcomp.compressors.cast import FP16, NoCompression
 from tfcomp.compressors.sign import EFSignSGD, SignSGD
+from tfcomp.compressors.sparse import DGC, DRAGONN, RandomK, TopK
 
 __all__ = ["Collective", "Compressor", "Payload", "PayloadSpec", "Round", "TensorContext", "resolve",
-           "NoCompression", "FP16", "SignSGD", "EFSignSGD"]
+           "NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "RandomK", "DGC", "DRAGONN"]

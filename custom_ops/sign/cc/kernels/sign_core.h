@@ -21,14 +21,13 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define TFCOMP_HOST_DEVICE __host__ __device__
-#else
-#define TFCOMP_HOST_DEVICE
-#endif
+#include "custom_ops/common/numeric.h"
 
 namespace tfcomp {
 namespace sign {
+
+using ::tfcomp::AbsValue;
+using ::tfcomp::Accumulator;
 
 constexpr int kBitsPerWord = 32;
 
@@ -36,16 +35,6 @@ constexpr int kBitsPerWord = 32;
 // accumulator type, then the blocks in double and in order. The result depends
 // only on the input, not on how many threads computed it.
 constexpr int64_t kScaleBlockElements = 4096;
-
-// float for float16, bfloat16 and float32; double for float64.
-template <typename T>
-struct Accumulator {
-  using type = float;
-};
-template <>
-struct Accumulator<double> {
-  using type = double;
-};
 
 TFCOMP_HOST_DEVICE inline int64_t NumWords(int64_t n) {
   return (n + kBitsPerWord - 1) / kBitsPerWord;
@@ -81,13 +70,6 @@ TFCOMP_HOST_DEVICE inline uint32_t SignBit(T x) {
   const bool is_nan = magnitude > L::kInf;
   const bool is_negative = (bits & L::kSign) != 0 && magnitude != 0;
   return (is_nan || is_negative) ? 0u : 1u;
-}
-
-template <typename T>
-TFCOMP_HOST_DEVICE inline typename Accumulator<T>::type AbsValue(T x) {
-  using Acc = typename Accumulator<T>::type;
-  const Acc v = static_cast<Acc>(x);
-  return v < Acc(0) ? -v : v;  // NaN stays NaN.
 }
 
 // Packs x[0, count), count <= 32, into one word and adds |x| to *abs_sum.

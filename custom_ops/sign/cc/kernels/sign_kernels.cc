@@ -11,11 +11,11 @@
 #define TFCOMP_X86 1
 #endif
 
+#include "custom_ops/common/cpu_shard.h"
 #include "sign_core.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
-#include "tensorflow/core/util/work_sharder.h"
 
 namespace tfcomp {
 
@@ -31,14 +31,6 @@ using CPUDevice = Eigen::ThreadPoolDevice;
 using GPUDevice = Eigen::GpuDevice;
 
 namespace {
-
-// Runs fn(begin, end) over [0, total) on the op's intra-op threads.
-template <typename Fn>
-void ShardCpu(OpKernelContext* ctx, int64_t total, int64_t cost_per_unit, Fn fn) {
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(workers->num_threads, workers->workers, total, cost_per_unit,
-                    [&fn](int64_t begin, int64_t end) { fn(begin, end); });
-}
 
 // Packs one scale block (at most kScaleBlockElements elements) and returns the
 // sum of |x| over it. Generic path: the per-element logic of sign_core.h.

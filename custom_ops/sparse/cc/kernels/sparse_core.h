@@ -1,0 +1,86 @@
+// Per-element logic of the sparse ops (DRAGONN's hashed threshold selection
+// and the batched sparse decode), shared by the CPU kernels, the CUDA kernels
+// and the standalone CUDA test. No TensorFlow here.
+//
+// Hashed selection (DRAGONN, Algorithm 1): m slots start empty (index -1,
+// value 0). Every element i with |g[i]| >= t, or g[i] NaN, is written to slot
+// h(i); when several land in one slot the largest index wins, which is what a
+// sequential pass in index order leaves ("the last writer wins") and what
+// atomic max gives on any number of threads, so every device and thread count
+// selects the same. NaN is selected so that a diverged gradient reaches the
+// optimizer instead of hiding in a residual. Each valid index is distinct and
+// sits in its hash slot. Element 0 is an ordinary index.
+//
+// h is Carter-Wegman universal hashing, h(i) = ((a*i + b) mod p) mod m with
+// the Mersenne prime p = 2^61 - 1 and (a, b) drawn from a 64-bit seed.
+//
+// Sparse decode: out = zeros(n); out[idx] += value for every entry whose index
+// is >= 0 (empty slots, index -1, are skipped). Entries are added in list
+// order, so duplicates across workers sum the same way everywhere.
+#ifndef TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CORE_H_
+#define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CORE_H_
+
+#include <cstdint>
+
+#include "custom_ops/common/numeric.h"
+
+namespace tfcomp {
+namespace sparse {
+
+constexpr int64_t kEmptyIndex = -1;
+constexpr uint64_t kMersenne61 = (uint64_t{1} << 61) - 1;
+
+struct HashParams {
+  uint64_t a;  // in [1, p - 1]
+  uint64_t b;  // in [0, p - 1]
+};
+
+TFCOMP_HOST_DEVICE inline uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The hash function of a seed: the same seed gives the same h on every worker.
+TFCOMP_HOST_DEVICE inline HashParams HashFromSeed(uint64_t seed0, uint64_t seed1) {
+  const uint64_t r0 = SplitMix64(seed0 ^ SplitMix64(seed1));
+  const uint64_t r1 = SplitMix64(r0);
+  return HashParams{1 + r0 % (kMersenne61 - 1), r1 % kMersenne61};
+}
+
+// x mod p for x < 2^122 given as (hi, lo) 64-bit halves, p = 2^61 - 1.
+TFCOMP_HOST_DEVICE inline uint64_t ModMersenne61(uint64_t hi, uint64_t lo) {
+  // x = hi * 2^64 + lo = (hi * 8) * 2^61 + lo, and 2^61 = 1 (mod p).
+  uint64_t r = (lo & kMersenne61) + (lo >> 61) + (hi << 3);
+  r = (r & kMersenne61) + (r >> 61);
+  return r >= kMersenne61 ? r - kMersenne61 : r;
+}
+
+TFCOMP_HOST_DEVICE inline uint64_t MulHi64(uint64_t a, uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+#endif
+}
+
+// h(i) in [0, m), m >= 1.
+TFCOMP_HOST_DEVICE inline int64_t HashSlot(HashParams h, uint64_t i, int64_t m) {
+  const uint64_t lo = h.a * i;  // a * i < 2^61 * 2^63: fits in hi:lo
+  const uint64_t hi = MulHi64(h.a, i);
+  uint64_t x = ModMersenne61(hi, lo) + h.b;  // < 2^62
+  x = x >= kMersenne61 ? x - kMersenne61 : x;
+  return static_cast<int64_t>(x % static_cast<uint64_t>(m));
+}
+
+// Whether an element with magnitude |g| = abs_value is selected at threshold t.
+template <typename Acc>
+TFCOMP_HOST_DEVICE inline bool Selected(Acc abs_value, Acc threshold) {
+  return !(abs_value < threshold);  // true for NaN
+}
+
+}  // namespace sparse
+}  // namespace tfcomp
+
+#endif  // TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CORE_H_

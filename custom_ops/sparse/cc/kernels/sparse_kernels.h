@@ -1,0 +1,36 @@
+// Device-dispatched functors of the sparse ops; CPU in sparse_kernels.cc, GPU
+// in sparse_kernels.cu.cc, both on the per-element logic of sparse_core.h.
+#ifndef TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_KERNELS_H_
+#define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_KERNELS_H_
+
+#include <cstdint>
+
+#include "sparse_core.h"
+
+namespace tensorflow {
+class OpKernelContext;
+}
+
+namespace tfcomp {
+namespace functor {
+
+// indices[capacity] and values[capacity] from g[n], empty slots (-1, 0)
+// included; threshold points to one element (device memory on GPUs).
+template <typename Device, typename T, typename Index>
+struct HashSelect {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
+                  sparse::HashParams hash, int64_t capacity, T* values, Index* indices);
+};
+
+// dense[n] = 0, then dense[indices[j]] += values[j] for j in [0, count) with
+// indices[j] >= 0, in order. Indices were checked to lie in [-1, n).
+template <typename Device, typename T, typename Index>
+struct SparseDecode {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* values, const Index* indices,
+                  int64_t count, int64_t n, T* dense);
+};
+
+}  // namespace functor
+}  // namespace tfcomp
+
+#endif  // TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_KERNELS_H_

@@ -1,0 +1,64 @@
+// Registration of the sparse ops: DRAGONN's hashed threshold selection and the
+// batched sparse decode.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfcomp {
+
+using ::tensorflow::Status;
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+REGISTER_OP("TfcompHashSelect")
+    .Input("g: T")
+    .Input("threshold: T")
+    .Input("seed: int64")
+    .Output("values: T")
+    .Output("indices: Tindex")
+    .Attr("capacity: int >= 0")
+    .Attr("T: {half, bfloat16, float, double}")
+    .Attr("Tindex: {int32, int64} = DT_INT32")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &unused));
+      int64_t capacity;
+      TF_RETURN_IF_ERROR(c->GetAttr("capacity", &capacity));
+      c->set_output(0, c->Vector(capacity));
+      c->set_output(1, c->Vector(capacity));
+      return Status();
+    })
+    .Doc(R"doc(
+DRAGONN's hashed selection: every element of g (flattened) with |g| >= threshold
+(or NaN) is written to slot h(index) of `capacity` slots, h a universal hash
+drawn from seed[0:2]; the largest index wins a shared slot. Empty slots hold
+index -1 and value 0.
+)doc");
+
+REGISTER_OP("TfcompSparseDecode")
+    .Input("values: T")
+    .Input("indices: Tindex")
+    .Input("n: int64")
+    .Output("dense: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .Attr("Tindex: {int32, int64} = DT_INT32")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle values, indices, unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &values));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &indices));
+      TF_RETURN_IF_ERROR(c->Merge(values, indices, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 0, &unused));
+      DimensionHandle n;
+      TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(2, &n));
+      c->set_output(0, c->Vector(n));
+      return Status();
+    })
+    .Doc(R"doc(
+Batched sparse decode: a dense vector of n zeros to which values[j] is added at
+indices[j], in order, for every j with indices[j] >= 0 (-1 marks an empty slot).
+Duplicate indices add up.
+)doc");
+
+}  // namespace tfcomp

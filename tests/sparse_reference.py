@@ -1,0 +1,47 @@
+"""NumPy references of the sparse ops (custom_ops/sparse/cc/kernels/sparse_core.h)."""
+import numpy as np
+
+MASK64 = (1 << 64) - 1
+P61 = (1 << 61) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def hash_from_seed(seed0, seed1):
+    r0 = splitmix64((seed0 & MASK64) ^ splitmix64(seed1 & MASK64))
+    r1 = splitmix64(r0)
+    return 1 + r0 % (P61 - 1), r1 % P61
+
+
+def hash_slot(a, b, i, m):
+    return ((a * int(i) + b) % P61) % m
+
+
+def hash_select(g, threshold, seed, capacity):
+    """Sequential Algorithm 1: in index order, the last writer of a slot wins."""
+    acc = np.float64 if g.dtype == np.float64 else np.float32
+    flat = g.reshape(-1).astype(acc)
+    with np.errstate(over="ignore"):  # the op takes the threshold in g's dtype
+        t = np.array(threshold).astype(g.dtype).astype(acc)
+    with np.errstate(invalid="ignore"):
+        selected = np.nonzero(~(np.abs(flat) < t))[0]
+    a, b = hash_from_seed(*seed)
+    indices = np.full(capacity, -1, np.int64)
+    for i in selected:
+        indices[hash_slot(a, b, i, capacity)] = i
+    values = np.zeros(capacity, g.dtype)
+    values[indices >= 0] = g.reshape(-1)[indices[indices >= 0]]
+    return values, indices, selected
+
+
+def sparse_decode(values, indices, n):
+    dense = np.zeros(n, values.dtype)
+    for v, i in zip(values, indices):
+        if i >= 0:
+            dense[i] += v
+    return dense

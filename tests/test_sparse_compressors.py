@@ -1,0 +1,155 @@
+"""TopK, RandomK, DGC and DRAGONN on the in-process K-worker emulator."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfcomp
+from tfcomp.testing import Emulator
+
+SHAPE = (120, 250)
+SPARSIFIERS = [tfcomp.TopK, tfcomp.RandomK, tfcomp.DGC, tfcomp.DRAGONN]
+
+
+def grads(k, step, dtype=np.float32):
+    rng = np.random.default_rng(100 * step + 1)
+    return [[tf.constant(rng.standard_normal(SHAPE).astype(dtype))] for _ in range(k)]
+
+
+def residual(emu, rank):
+    return emu.states[rank].get("w")["residual"].numpy()
+
+
+@pytest.mark.parametrize("cls", SPARSIFIERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_error_feedback_conserves_mass_and_workers_agree(cls, k):
+    compressor = cls(ratio=0.02)
+    emu = Emulator(k, compressor, min_compress_elements=1)
+    capacity = compressor.capacity(SHAPE)
+    previous = [np.zeros(SHAPE, np.float32) for _ in range(k)]
+    for step in range(3):
+        g = grads(k, step)
+        out = emu.step(g, ["w"])
+        for rank in range(k):
+            np.testing.assert_array_equal(out[rank][0].numpy(), out[0][0].numpy())
+        sent = []
+        for rank in range(k):
+            accumulated = g[rank][0].numpy() + previous[rank]
+            previous[rank] = residual(emu, rank)
+            sent_by_worker = accumulated - previous[rank]
+            nonzero = np.count_nonzero(sent_by_worker)
+            assert 0 < nonzero <= capacity
+            # what was sent is exactly the accumulated value where anything was sent
+            mask = sent_by_worker != 0
+            np.testing.assert_allclose(sent_by_worker[mask], accumulated[mask], rtol=1e-6)
+            sent.append(sent_by_worker)
+        if cls is not tfcomp.RandomK:  # RandomK positions may repeat; its sum is tested below
+            np.testing.assert_allclose(out[0][0].numpy(), np.mean(sent, axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_topk_sends_the_largest_magnitudes():
+    emu = Emulator(1, tfcomp.TopK(ratio=0.01), min_compress_elements=1)
+    g = grads(1, 0)
+    out = emu.step(g, ["w"])[0][0].numpy()
+    flat = g[0][0].numpy().reshape(-1)
+    expected = np.zeros_like(flat)
+    top = np.argsort(-np.abs(flat))[:300]
+    expected[top] = flat[top]
+    np.testing.assert_array_equal(out.reshape(-1), expected)
+
+
+def test_dragonn_slots_follow_the_hash_and_the_sampled_threshold():
+    compressor = tfcomp.DRAGONN(ratio=0.01)
+    emu = Emulator(1, compressor, min_compress_elements=1)
+    g = grads(1, 0)
+    out = emu.step(g, ["w"])[0][0].numpy().reshape(-1)
+    sent = np.nonzero(out)[0]
+    m = compressor.capacity(SHAPE)
+    assert 0.4 * m < len(sent) <= m  # about 1 - 1/e of the slots fill
+    magnitude = np.abs(g[0][0].numpy().reshape(-1))
+    assert magnitude[sent].min() > np.quantile(magnitude, 0.95), "only large elements pass the threshold"
+
+
+def test_randomk_uses_allreduce_and_the_same_positions_everywhere():
+    emu = Emulator(3, tfcomp.RandomK(ratio=0.01), min_compress_elements=1)
+    g = grads(3, 0)
+    out = emu.step(g, ["w"])[0][0].numpy()
+    assert [kind for kind, _ in emu.traffic] == ["allreduce"]
+    sent_positions = [set(np.nonzero(g[r][0].numpy() - residual(emu, r))[0].tolist()) for r in range(3)]
+    assert sent_positions[0] == sent_positions[1] == sent_positions[2]
+    mean = np.mean([x[0].numpy() for x in g], axis=0)
+    mask = out != 0
+    np.testing.assert_allclose(out[mask], mean[mask], rtol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [tfcomp.TopK, tfcomp.DGC, tfcomp.DRAGONN], ids=lambda c: c.__name__)
+def test_payloads_are_allgathered_values_and_indices_of_fixed_size(cls):
+    compressor = cls(ratio=0.01)
+    emu = Emulator(2, compressor, min_compress_elements=1)
+    emu.step(grads(2, 0), ["w"])
+    m = compressor.capacity(SHAPE)
+    assert emu.traffic == [("allgather", 8 * m)]  # float32 values and int32 indices, fused
+    assert compressor.payload_bytes(SHAPE, tf.float32) == 8 * m
+
+
+def test_momentum_correction_zeroes_velocity_where_sent():
+    compressor = tfcomp.DGC(ratio=0.02, momentum=0.9)
+    emu = Emulator(1, compressor, min_compress_elements=1)
+    g = grads(1, 0)
+    emu.step(g, ["w"])
+    state = emu.states[0].get("w")
+    velocity, rest = state["velocity"].numpy(), state["residual"].numpy()
+    sent = (g[0][0].numpy() - rest) != 0
+    assert sent.any() and not velocity[sent].any()
+    np.testing.assert_allclose(velocity[~sent], g[0][0].numpy()[~sent])  # u = 0.9 * 0 + g
+
+
+def test_dragonn_passes_nan_on_to_the_optimizer():
+    g = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    g[3, 4] = np.nan
+    out = Emulator(1, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1).step([[tf.constant(g)]], ["w"])
+    assert np.isnan(out[0][0].numpy()[3, 4])
+
+
+@pytest.mark.parametrize("cls", SPARSIFIERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("ratio", [0, -0.1, 1.5, "0.1", None])
+def test_bad_ratio_is_rejected(cls, ratio):
+    with pytest.raises(ValueError, match="ratio is the fraction of elements kept and must be in \\(0, 1\\]"):
+        cls(ratio=ratio)
+
+
+def test_bad_momentum_is_rejected():
+    with pytest.raises(ValueError, match="momentum must be in \\[0, 1\\)"):
+        tfcomp.DGC(momentum=1.0)
+
+
+def test_ratio_one_keeps_everything_with_topk():
+    emu = Emulator(2, tfcomp.TopK(ratio=1.0), min_compress_elements=1)
+    g = grads(2, 0)
+    out = emu.step(g, ["w"])[0][0].numpy()
+    np.testing.assert_allclose(out, np.mean([x[0].numpy() for x in g], axis=0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=str)
+def test_other_float_dtypes(dtype):
+    emu = Emulator(2, tfcomp.DRAGONN(ratio=0.02), min_compress_elements=1)
+    out = emu.step(grads(2, 0, dtype), ["w"])
+    assert out[0][0].dtype == tf.as_dtype(dtype)
+    assert np.count_nonzero(out[0][0].numpy()) > 0
+
+
+def test_hash_seed_is_shared_by_workers_and_changes_every_step():
+    k = 2
+    emu = Emulator(k, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1)
+    ones = [[tf.constant(np.ones(SHAPE, np.float32))] for _ in range(k)]  # every element passes
+
+    def sent_positions(before):
+        return [np.nonzero((before[r] + 1 - residual(emu, r)).reshape(-1))[0] for r in range(k)]
+
+    emu.step(ones, ["w"])
+    step1 = sent_positions([np.zeros(SHAPE, np.float32)] * k)
+    np.testing.assert_array_equal(step1[0], step1[1])  # the same hash on every worker
+    before = [residual(emu, r) for r in range(k)]
+    emu.step(ones, ["w"])
+    step2 = sent_positions(before)
+    np.testing.assert_array_equal(step2[0], step2[1])
+    assert set(step1[0]) != set(step2[0])  # a new hash every step

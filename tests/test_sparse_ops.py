@@ -1,0 +1,127 @@
+"""The sparse ops (DRAGONN's hashed selection, batched sparse decode) against NumPy references."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import sparse_reference as ref
+from tfcomp import ops
+
+DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
+
+
+def gradient(n, dtype, seed=0, specials=False):
+    g = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    if specials and n > 10:
+        g[[3, 7, 9]] = [np.nan, np.inf, -np.inf]
+    return g.astype(dtype.as_numpy_dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n, capacity, threshold", [
+    (0, 0, 1.0), (0, 4, 1.0), (1, 1, 0.0), (33, 7, 1.0), (1000, 1, 1.5), (1000, 64, 2.0), (1000, 64, 0.0),
+    (1000, 64, 1e9), (100003, 1024, 2.5), ((1 << 20) + 3, 1024, 3.5)])
+@pytest.mark.parametrize("specials", [False, True], ids=["finite", "nan_inf"])
+def test_hash_select_matches_sequential_reference(n, capacity, threshold, dtype, specials):
+    g = gradient(n, dtype, seed=n, specials=specials)
+    seed = (n * 7 + 1, capacity)
+    values, indices = ops.hash_select(g, threshold, seed, capacity)
+    expected_values, expected_indices, selected = ref.hash_select(g, threshold, seed, capacity)
+    assert values.shape == (capacity,) and indices.shape == (capacity,) and indices.dtype == tf.int32
+    np.testing.assert_array_equal(indices.numpy(), expected_indices)
+    np.testing.assert_array_equal(values.numpy().view(np.uint8), expected_values.view(np.uint8))
+    valid = indices.numpy()[indices.numpy() >= 0]
+    assert len(set(valid)) == len(valid), "valid indices are distinct"
+    assert set(valid) <= set(selected), "every valid index passed the threshold"
+    a, b = ref.hash_from_seed(*seed)
+    assert all(ref.hash_slot(a, b, i, capacity) == slot for slot, i in enumerate(indices.numpy()) if i >= 0)
+    assert not values.numpy()[indices.numpy() < 0].any(), "empty slots hold (0, -1)"
+
+
+def test_element_zero_is_selectable():
+    g = np.zeros(1000, np.float32)
+    g[0] = 5.0
+    values, indices = ops.hash_select(g, 1.0, (1, 2), 8)
+    assert 0 in indices.numpy() and 5.0 in values.numpy()
+    assert (indices.numpy() >= 0).sum() == 1
+
+
+def test_nan_and_inf_are_always_selected():
+    g = np.zeros(500, np.float32)
+    g[[10, 20]] = [np.nan, -np.inf]
+    _, indices = ops.hash_select(g, 1e30, (3, 4), 4096)
+    assert sorted(i for i in indices.numpy() if i >= 0) == [10, 20]
+
+
+def test_same_seed_same_selection_other_seed_other_slots():
+    g = gradient(10000, tf.float32, seed=1)
+    first = ops.hash_select(g, 1.0, (5, 6), 256)[1].numpy()
+    np.testing.assert_array_equal(first, ops.hash_select(g, 1.0, (5, 6), 256)[1].numpy())
+    assert not np.array_equal(first, ops.hash_select(g, 1.0, (5, 7), 256)[1].numpy())
+
+
+@pytest.mark.parametrize("m, l, expected", [(1024, 1024, 1 - (1 - 1 / 1024) ** 1024),
+                                            (512, 1024, 1 - (1 - 1 / 512) ** 1024)])
+def test_expected_occupancy(m, l, expected):
+    """Filled slots ~ m (1 - (1 - 1/m)^l) (DRAGONN Appendix A.2.2): 0.632 and 0.865 here."""
+    g = np.zeros(50000, np.float32)
+    fills = []
+    for seed in range(40):
+        g[:] = 0
+        g[np.random.default_rng(seed).choice(g.size, l, replace=False)] = 1.0
+        fills.append((ops.hash_select(g, 0.5, (seed, 99), m)[1].numpy() >= 0).mean())
+    assert abs(np.mean(fills) - expected) < 0.01, (np.mean(fills), expected)
+
+
+def test_large_tensor_and_int64_indices():
+    n = 1 << 26
+    g = np.zeros(n, np.float32)
+    hot = np.random.default_rng(3).choice(n, 3000, replace=False)
+    g[hot] = np.random.default_rng(4).standard_normal(3000).astype(np.float32) * 10
+    g[n - 1] = 100.0
+    values, indices = ops.hash_select(g, 1.0, (8, 9), 4096)
+    expected_values, expected_indices, _ = ref.hash_select(g, 1.0, (8, 9), 4096)
+    np.testing.assert_array_equal(indices.numpy(), expected_indices)
+    np.testing.assert_array_equal(values.numpy(), expected_values)
+    wide = ops.library().tfcomp_hash_select(tf.constant(g[:100000]), tf.constant(1.0), tf.constant([8, 9], tf.int64),
+                                            capacity=64, Tindex=tf.int64)
+    narrow = ops.hash_select(g[:100000], 1.0, (8, 9), 64)
+    assert wide[1].dtype == tf.int64
+    np.testing.assert_array_equal(wide[1].numpy(), narrow[1].numpy())
+    assert ops.index_dtype(2**31) == tf.int32 and ops.index_dtype(2**31 + 1) == tf.int64
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("k", [1, 2, 5, 16])
+def test_sparse_decode_is_the_sum_of_dense_decodes(k, dtype):
+    n, m = 3000, 200
+    lists = []
+    for worker in range(k):
+        values, indices = ops.hash_select(gradient(n, dtype, seed=worker), 1.0, (worker, 1), m)
+        lists.append((values.numpy(), indices.numpy()))
+    all_values = np.concatenate([v for v, _ in lists])
+    all_indices = np.concatenate([i for _, i in lists]).astype(np.int32)
+    decoded = ops.sparse_decode(all_values, all_indices, n).numpy()
+    np.testing.assert_array_equal(decoded, ref.sparse_decode(all_values, all_indices, n))
+    dense_sum = sum(ref.sparse_decode(v, i, n).astype(np.float64) for v, i in lists)
+    tol = {tf.bfloat16: 0.1, tf.float16: 0.02}.get(dtype, 1e-6)  # K roundings in the element type
+    np.testing.assert_allclose(decoded.astype(np.float64), dense_sum, rtol=tol, atol=tol)
+
+
+def test_sparse_decode_adds_duplicates_and_skips_empty_slots():
+    out = ops.sparse_decode(np.array([1.0, 2.0, 5.0, 7.0], np.float32), np.array([3, 3, -1, 0], np.int32), 5)
+    np.testing.assert_array_equal(out.numpy(), [7.0, 0, 0, 3.0, 0])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ops.sparse_decode(np.ones(2, np.float32), np.array([0, 5], np.int32), 5), "outside \\[0, n = 5\\)"),
+    (lambda: ops.sparse_decode(np.ones(2, np.float32), np.array([0, -2], np.int32), 5), "outside"),
+    (lambda: ops.sparse_decode(np.ones(3, np.float32), np.array([0, 1], np.int32), 5), "one length|Dimensions must be equal"),
+    (lambda: ops.sparse_decode(np.ones(1, np.float32), np.array([0], np.int32), -1), "n must be >= 0"),
+    (lambda: ops.hash_select(np.ones(4, np.float32), np.ones(2, np.float32), (1, 2), 2), "threshold must be a scalar|rank 0"),
+    (lambda: ops.hash_select(np.ones(4, np.float32), 1.0, (1, 2, 3), 2), "seed must be an int64 vector of 2"),
+    (lambda: ops.hash_select(np.ones(4, np.float32), 1.0, (1, 2), -1), "capacity must be >= 0"),
+    (lambda: ops.hash_select(np.ones(4, np.int32), 1, (1, 2), 2), "float16, bfloat16, float32, float64"),
+])
+def test_bad_input_is_rejected_with_a_message(call, message):
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError, TypeError), match=message):
+        call()

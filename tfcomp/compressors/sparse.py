@@ -1,0 +1,174 @@
+"""Sparsifiers: TopK, RandomK, DGC and DRAGONN, all with error feedback.
+
+Each keeps a fixed number of slots, capacity = ceil(ratio * n), so payloads
+have fixed shapes. TopK, DGC and DRAGONN send (values, indices) by allgather,
+index -1 marking an empty slot, and decode all workers' lists in one
+scatter-add (sparse decoding, DRAGONN section 4.3). RandomK draws its indices
+from a seed all workers share, so it sends values only, by allreduce.
+
+Error feedback: the residual keeps what was not sent, including what hash
+collisions dropped. With momentum (DGC's momentum correction with masking),
+u <- momentum * u + g and v <- v + u are accumulated instead, and both are
+zeroed where an element was sent; use it with a plain-SGD optimizer.
+"""
+import math
+
+import tensorflow as tf
+
+from tfcomp import ops
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+
+DEFAULT_RATIO = 0.001
+
+
+def estimate_threshold(values, k_fraction, seed, sample_fraction=0.01, min_samples=512):
+    """DGC's threshold: the k-th largest |value| of a uniform sample (with
+    replacement) of sample_fraction of the elements, at least min_samples."""
+    n = values.shape.num_elements()
+    samples = min(n, max(min_samples, math.ceil(sample_fraction * n)))
+    positions = tf.random.stateless_uniform([samples], seed, 0, n, dtype=tf.int64)
+    sample = tf.abs(tf.gather(values, positions))
+    k = max(1, min(samples, math.ceil(k_fraction * samples)))
+    return tf.reduce_min(tf.math.top_k(sample, k, sorted=False).values)
+
+
+class Sparsifier(Compressor):
+    """Common part: ratio, error feedback, momentum correction, allgather decode."""
+
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=None):
+        if not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
+            raise ValueError(f"{type(self).__name__}: ratio is the fraction of elements kept and must "
+                             f"be in (0, 1], got {ratio!r}")
+        if momentum is not None and not 0 <= momentum < 1:
+            raise ValueError(f"{type(self).__name__}: momentum must be in [0, 1) or None, got {momentum!r}")
+        self.ratio = float(ratio)
+        self.momentum = momentum
+
+    def capacity(self, shape):
+        n = tf.TensorShape(shape).num_elements()
+        return max(1, math.ceil(self.ratio * n))
+
+    def state_specs(self, shape, dtype):
+        specs = {"residual": (tuple(shape), tf.as_dtype(dtype))}
+        if self.momentum is not None:
+            specs["velocity"] = (tuple(shape), tf.as_dtype(dtype))
+        return specs
+
+    def payload_specs(self, shape, dtype):
+        m = self.capacity(shape)
+        index = ops.index_dtype(tf.TensorShape(shape).num_elements())
+        return [[PayloadSpec((m,), tf.as_dtype(dtype), Collective.ALLGATHER),
+                 PayloadSpec((m,), index, Collective.ALLGATHER)]]
+
+    def select(self, flat, ctx):
+        """(values[m], indices[m]) of the elements to send from flat; index -1 = empty."""
+        raise NotImplementedError
+
+    def _accumulate(self, grad, state):
+        """The vector to select from (flat), after error feedback and momentum."""
+        residual = state["residual"]
+        if self.momentum is None:
+            return tf.reshape(grad + residual, [-1])
+        velocity = state["velocity"]
+        velocity.assign(self.momentum * velocity + grad)
+        return tf.reshape(residual + velocity, [-1])
+
+    def compress(self, grad, state, ctx):
+        n = grad.shape.num_elements()
+        flat = self._accumulate(grad, state)
+        values, indices = self.select(flat, ctx)
+        sent = ops.sparse_decode(values, indices, n)
+        state["residual"].assign(tf.reshape(flat - sent, grad.shape))
+        if self.momentum is not None:
+            was_sent = ops.sparse_decode(tf.ones_like(values), indices, n) > 0
+            state["velocity"].assign(tf.reshape(
+                tf.where(was_sent, tf.zeros_like(flat), tf.reshape(state["velocity"], [-1])), grad.shape))
+
+        def finish(gathered):
+            all_values, all_indices = gathered
+            summed = ops.sparse_decode(tf.reshape(all_values, [-1]), tf.reshape(all_indices, [-1]), n)
+            return tf.reshape(ctx.from_sum(summed), grad.shape)
+        return Round([Payload(values, Collective.ALLGATHER), Payload(indices, Collective.ALLGATHER)], finish)
+
+
+class TopK(Sparsifier):
+    """Exact top-k by magnitude (tf.math.top_k): the quality reference, and the slowest."""
+
+    def select(self, flat, ctx):
+        m = self.capacity(flat.shape)
+        top = tf.math.top_k(tf.abs(flat), m, sorted=False).indices
+        return tf.gather(flat, top), tf.cast(top, ops.index_dtype(flat.shape.num_elements()))
+
+
+class DGC(Sparsifier):
+    """Deep Gradient Compression's selection: a threshold from a 1% sample, then
+    every element above it, compacted into the capacity (the largest ones if
+    more were selected, DGC's hierarchical selection). TF ops only."""
+
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=None, sample_fraction=0.01, min_samples=512):
+        super().__init__(ratio, momentum)
+        self.sample_fraction = sample_fraction
+        self.min_samples = min_samples
+
+    def select(self, flat, ctx):
+        m = self.capacity(flat.shape)
+        threshold = estimate_threshold(flat, self.ratio, ctx.seed(salt=1), self.sample_fraction,
+                                       self.min_samples)
+        magnitude = tf.abs(flat)
+        chosen = tf.reshape(tf.where(magnitude >= threshold), [-1])
+        count = tf.size(chosen)
+
+        def largest():
+            return tf.gather(chosen, tf.math.top_k(tf.gather(magnitude, chosen), m, sorted=False).indices)
+
+        def padded():
+            return tf.pad(chosen, [[0, m - count]], constant_values=-1)
+
+        chosen = tf.cond(count > m, largest, padded)
+        chosen.set_shape([m])
+        values = tf.where(chosen >= 0, tf.gather(flat, tf.maximum(chosen, 0)), tf.zeros([], flat.dtype))
+        return values, tf.cast(chosen, ops.index_dtype(flat.shape.num_elements()))
+
+
+class DRAGONN(Sparsifier):
+    """DRAGONN (Wang et al., ICML'22): DGC's sampled threshold, then one pass that
+    hashes every element above it into the capacity's slots (ops.hash_select):
+    no prefix sum, no compaction. About 1 - 1/e of the slots fill when as many
+    elements pass the threshold as there are slots."""
+
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=None, sample_fraction=0.01, min_samples=512):
+        super().__init__(ratio, momentum)
+        self.sample_fraction = sample_fraction
+        self.min_samples = min_samples
+
+    def select(self, flat, ctx):
+        threshold = estimate_threshold(flat, self.ratio, ctx.seed(salt=1), self.sample_fraction,
+                                       self.min_samples)
+        return ops.hash_select(flat, threshold, ctx.seed(salt=2), self.capacity(flat.shape))
+
+
+class RandomK(Sparsifier):
+    """k uniformly drawn elements (with replacement), the same k on every worker
+    (a seed of tensor name and step), so their values add up: allreduce."""
+
+    def payload_specs(self, shape, dtype):
+        return [[PayloadSpec((self.capacity(shape),), tf.as_dtype(dtype), Collective.ALLREDUCE)]]
+
+    def compress(self, grad, state, ctx):
+        n = grad.shape.num_elements()
+        flat = self._accumulate(grad, state)
+        positions = tf.random.stateless_uniform([self.capacity(grad.shape), 1], ctx.seed(salt=3), 0, n,
+                                                dtype=tf.int64)
+        values = tf.gather_nd(flat, positions)
+        zeros = tf.zeros_like(values)
+        state["residual"].assign(tf.reshape(tf.tensor_scatter_nd_update(flat, positions, zeros), grad.shape))
+        if self.momentum is not None:
+            velocity = tf.reshape(state["velocity"], [-1])
+            state["velocity"].assign(tf.reshape(tf.tensor_scatter_nd_update(velocity, positions, zeros),
+                                                grad.shape))
+
+        def finish(summed):
+            # Repeated positions carry the same summed value, so writing twice is harmless.
+            dense = tf.tensor_scatter_nd_update(tf.zeros([n], grad.dtype), positions, summed[0])
+            return tf.reshape(ctx.from_sum(dense), grad.shape)
+        return Round([Payload(values, Collective.ALLREDUCE)], finish)
