@@ -18,6 +18,9 @@ flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run +
 flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
+flags.DEFINE_float("ratio", None, "The sparsifiers' ratio (default: the class default).")
+flags.DEFINE_bool("selection", True, "Efficiency-aware tensor selection where the compressor wants it.")
+flags.DEFINE_integer("warmup_steps", 0, "Dense warm-up steps.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
@@ -47,8 +50,13 @@ def make_strategy():
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.timeout)
     if FLAGS.strategy == "plain":
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    return MultiWorkerMirroredStrategy(getattr(tfcomp, FLAGS.compression), communication_options=options,
-                                       min_compress_elements=FLAGS.min_compress_elements)
+    compressor = getattr(tfcomp, FLAGS.compression)
+    if FLAGS.ratio is not None:
+        compressor = compressor(ratio=FLAGS.ratio)
+    return MultiWorkerMirroredStrategy(compressor, communication_options=options,
+                                       min_compress_elements=FLAGS.min_compress_elements,
+                                       selection=None if FLAGS.selection else False,
+                                       warmup_steps=FLAGS.warmup_steps)
 
 
 class Interrupt(tf.keras.callbacks.Callback):

@@ -111,7 +111,7 @@ def test_state_restored_from_a_checkpoint_continues_identically(tmp_path):
     paths = [tf.train.Checkpoint(state=s).write(str(tmp_path / f"w{r}")) for r, s in enumerate(first.states)]
     resumed = Emulator(2, tfcomp.EFSignSGD, min_compress_elements=1)
     grads = worker_grads(2)[0]
-    specs = resumed.exchange.state_specs([(g.shape, g.dtype) for g in grads], NAMES)
+    specs = resumed.exchange.state_specs([(g.shape, g.dtype) for g in grads], NAMES, 2)
     for state, path in zip(resumed.states, paths):
         state.build(specs)
         tf.train.Checkpoint(state=state).read(path).assert_existing_objects_matched()
@@ -124,11 +124,11 @@ def test_state_restored_from_a_checkpoint_continues_identically(tmp_path):
 
 def test_plan_sends_small_one_dimensional_and_integer_tensors_dense():
     ex = Exchange(tfcomp.SignSGD, min_compress_elements=100)
-    assert isinstance(ex.plan((1000,), tf.float32), tfcomp.NoCompression)
-    assert isinstance(ex.plan((5, 5), tf.float32), tfcomp.NoCompression)
-    assert isinstance(ex.plan((50, 50), tf.int32), tfcomp.NoCompression)
-    assert isinstance(ex.plan((50, 50), tf.float32), tfcomp.SignSGD)
-    assert isinstance(ex.plan((50, 50), tf.bfloat16), tfcomp.SignSGD)
+    assert isinstance(ex.plan((1000,), tf.float32, 2), tfcomp.NoCompression)
+    assert isinstance(ex.plan((5, 5), tf.float32, 2), tfcomp.NoCompression)
+    assert isinstance(ex.plan((50, 50), tf.int32, 2), tfcomp.NoCompression)
+    assert isinstance(ex.plan((50, 50), tf.float32, 2), tfcomp.SignSGD)
+    assert isinstance(ex.plan((50, 50), tf.bfloat16, 2), tfcomp.SignSGD)
 
 
 def test_indexed_slices_are_made_dense():

@@ -33,10 +33,15 @@ def test_no_compression_matches_tf_distribute(tmp_path):
     assert ours[0]["state_step"] == STEPS
 
 
-@pytest.mark.parametrize("compression, lr, workers", [
-    ("FP16", 0.05, 2), ("SignSGD", 0.01, 2), ("EFSignSGD", 0.05, 2), ("EFSignSGD", 0.05, 3)])
-def test_compressors_train_under_model_fit(tmp_path, compression, lr, workers):
-    results = train(tmp_path, workers, compression=compression, lr=lr)
+SPARSE = {"ratio": 0.05, "selection": False}  # the test model's tensors are small
+
+
+@pytest.mark.parametrize("compression, lr, workers, extra", [
+    ("FP16", 0.05, 2, {}), ("SignSGD", 0.01, 2, {}), ("EFSignSGD", 0.05, 2, {}), ("EFSignSGD", 0.05, 3, {}),
+    ("DRAGONN", 0.05, 2, SPARSE), ("DRAGONN", 0.05, 3, SPARSE), ("DGC", 0.05, 2, SPARSE),
+    ("TopK", 0.05, 2, SPARSE), ("RandomK", 0.2, 2, SPARSE), ("DRAGONN", 0.05, 2, {**SPARSE, "warmup_steps": 8})])
+def test_compressors_train_under_model_fit(tmp_path, compression, lr, workers, extra):
+    results = train(tmp_path, workers, compression=compression, lr=lr, **extra)
     assert_identical_weights(results)
     losses = results[0]["losses"]
     assert losses[-1] < 0.85 * losses[0], losses
@@ -100,3 +105,12 @@ def test_model_save_works_with_compressed_training(tmp_path):
     names = [name for name, _ in results[0]["saved_variables"]]
     assert any("dense" in n for n in names)
     assert (tmp_path / "saved" / "model" / "saved_model.pb").exists()
+
+
+def test_tensor_selection_shares_profiles_and_agrees(tmp_path):
+    """With selection on, the small test model's tensors stay dense (they are not
+    worth compressing at 10 Gbit/s), and every worker decides the same."""
+    results = train(tmp_path, compression="DRAGONN", min_compress_elements=1)
+    assert_identical_weights(results)
+    dense_bytes = 4 * (64 * 64 + 64 + 64 * 10 + 10)
+    assert results[0]["payload_bytes"] == dense_bytes

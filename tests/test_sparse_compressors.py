@@ -23,7 +23,7 @@ def residual(emu, rank):
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_error_feedback_conserves_mass_and_workers_agree(cls, k):
     compressor = cls(ratio=0.02)
-    emu = Emulator(k, compressor, min_compress_elements=1)
+    emu = Emulator(k, compressor, min_compress_elements=1, selection=False)
     capacity = compressor.capacity(SHAPE)
     previous = [np.zeros(SHAPE, np.float32) for _ in range(k)]
     for step in range(3):
@@ -47,7 +47,7 @@ def test_error_feedback_conserves_mass_and_workers_agree(cls, k):
 
 
 def test_topk_sends_the_largest_magnitudes():
-    emu = Emulator(1, tfcomp.TopK(ratio=0.01), min_compress_elements=1)
+    emu = Emulator(1, tfcomp.TopK(ratio=0.01), min_compress_elements=1, selection=False)
     g = grads(1, 0)
     out = emu.step(g, ["w"])[0][0].numpy()
     flat = g[0][0].numpy().reshape(-1)
@@ -59,7 +59,7 @@ def test_topk_sends_the_largest_magnitudes():
 
 def test_dragonn_slots_follow_the_hash_and_the_sampled_threshold():
     compressor = tfcomp.DRAGONN(ratio=0.01)
-    emu = Emulator(1, compressor, min_compress_elements=1)
+    emu = Emulator(1, compressor, min_compress_elements=1, selection=False)
     g = grads(1, 0)
     out = emu.step(g, ["w"])[0][0].numpy().reshape(-1)
     sent = np.nonzero(out)[0]
@@ -70,7 +70,7 @@ def test_dragonn_slots_follow_the_hash_and_the_sampled_threshold():
 
 
 def test_randomk_uses_allreduce_and_the_same_positions_everywhere():
-    emu = Emulator(3, tfcomp.RandomK(ratio=0.01), min_compress_elements=1)
+    emu = Emulator(3, tfcomp.RandomK(ratio=0.01), min_compress_elements=1, selection=False)
     g = grads(3, 0)
     out = emu.step(g, ["w"])[0][0].numpy()
     assert [kind for kind, _ in emu.traffic] == ["allreduce"]
@@ -84,7 +84,7 @@ def test_randomk_uses_allreduce_and_the_same_positions_everywhere():
 @pytest.mark.parametrize("cls", [tfcomp.TopK, tfcomp.DGC, tfcomp.DRAGONN], ids=lambda c: c.__name__)
 def test_payloads_are_allgathered_values_and_indices_of_fixed_size(cls):
     compressor = cls(ratio=0.01)
-    emu = Emulator(2, compressor, min_compress_elements=1)
+    emu = Emulator(2, compressor, min_compress_elements=1, selection=False)
     emu.step(grads(2, 0), ["w"])
     m = compressor.capacity(SHAPE)
     assert emu.traffic == [("allgather", 8 * m)]  # float32 values and int32 indices, fused
@@ -93,7 +93,7 @@ def test_payloads_are_allgathered_values_and_indices_of_fixed_size(cls):
 
 def test_momentum_correction_zeroes_velocity_where_sent():
     compressor = tfcomp.DGC(ratio=0.02, momentum=0.9)
-    emu = Emulator(1, compressor, min_compress_elements=1)
+    emu = Emulator(1, compressor, min_compress_elements=1, selection=False)
     g = grads(1, 0)
     emu.step(g, ["w"])
     state = emu.states[0].get("w")
@@ -106,7 +106,7 @@ def test_momentum_correction_zeroes_velocity_where_sent():
 def test_dragonn_passes_nan_on_to_the_optimizer():
     g = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
     g[3, 4] = np.nan
-    out = Emulator(1, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1).step([[tf.constant(g)]], ["w"])
+    out = Emulator(1, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1, selection=False).step([[tf.constant(g)]], ["w"])
     assert np.isnan(out[0][0].numpy()[3, 4])
 
 
@@ -123,7 +123,7 @@ def test_bad_momentum_is_rejected():
 
 
 def test_ratio_one_keeps_everything_with_topk():
-    emu = Emulator(2, tfcomp.TopK(ratio=1.0), min_compress_elements=1)
+    emu = Emulator(2, tfcomp.TopK(ratio=1.0), min_compress_elements=1, selection=False)
     g = grads(2, 0)
     out = emu.step(g, ["w"])[0][0].numpy()
     np.testing.assert_allclose(out, np.mean([x[0].numpy() for x in g], axis=0), rtol=1e-6)
@@ -131,7 +131,7 @@ def test_ratio_one_keeps_everything_with_topk():
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=str)
 def test_other_float_dtypes(dtype):
-    emu = Emulator(2, tfcomp.DRAGONN(ratio=0.02), min_compress_elements=1)
+    emu = Emulator(2, tfcomp.DRAGONN(ratio=0.02), min_compress_elements=1, selection=False)
     out = emu.step(grads(2, 0, dtype), ["w"])
     assert out[0][0].dtype == tf.as_dtype(dtype)
     assert np.count_nonzero(out[0][0].numpy()) > 0
@@ -139,7 +139,7 @@ def test_other_float_dtypes(dtype):
 
 def test_hash_seed_is_shared_by_workers_and_changes_every_step():
     k = 2
-    emu = Emulator(k, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1)
+    emu = Emulator(k, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1, selection=False)
     ones = [[tf.constant(np.ones(SHAPE, np.float32))] for _ in range(k)]  # every element passes
 
     def sent_positions(before):

@@ -12,6 +12,7 @@ import tensorflow as tf
 from tfcomp import fusion
 from tfcomp.compressors.base import Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
+from tfcomp.selection import EfficiencyAwareSelection
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's and the ACP-SGD paper's bucket
 DEFAULT_MIN_COMPRESS_ELEMENTS = 1024
@@ -21,47 +22,62 @@ class Exchange:
     """Averages gradients across workers with a compressor.
 
     Tensors that are 1-D, smaller than min_compress_elements, or not floating
-    point go dense (exact allreduce); IndexedSlices are made dense first.
-    Dense payloads fuse into buckets of bucket_bytes; compressed payloads into
-    buckets of bucket_bytes times their compression rate.
+    point go dense (exact allreduce); IndexedSlices are made dense first. With
+    a selection (tfcomp.selection.EfficiencyAwareSelection; by default for
+    compressors that ask for it, such as DRAGONN; selection=False forces
+    compression), a tensor is compressed only where that saves time. The first
+    warmup_steps steps send everything dense. Dense payloads fuse into buckets
+    of bucket_bytes; compressed payloads into buckets of bucket_bytes times
+    their compression rate.
     """
 
     def __init__(self, compression=None, *, min_compress_elements=DEFAULT_MIN_COMPRESS_ELEMENTS,
-                 bucket_bytes=DEFAULT_BUCKET_BYTES, global_seed=0):
+                 bucket_bytes=DEFAULT_BUCKET_BYTES, global_seed=0, selection=None, warmup_steps=0):
         if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes must be a positive number of bytes, got {bucket_bytes!r}")
         if not isinstance(min_compress_elements, int) or min_compress_elements < 0:
             raise ValueError(f"min_compress_elements must be an integer >= 0, got {min_compress_elements!r}")
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
         self.compressor = resolve(compression)
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
         self.min_compress_elements = min_compress_elements
         self.bucket_bytes = bucket_bytes
         self.global_seed = global_seed
+        self.warmup_steps = warmup_steps
+        if selection is None:
+            selection = EfficiencyAwareSelection() if self.compressor.efficiency_aware else False
+        self.selection = selection or None
 
     def config(self):
         """Everything that must be the same on every worker."""
         return {"compressor": self.compressor.config(), "min_compress_elements": self.min_compress_elements,
-                "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed}
+                "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed,
+                "warmup_steps": self.warmup_steps,
+                "selection": self.selection.config() if self.selection else None}
 
-    def plan(self, shape, dtype):
-        """The compressor for a tensor of this shape and dtype."""
+    def plan(self, shape, dtype, num_workers):
+        """The compressor for a tensor of this shape and dtype among num_workers."""
         shape = tf.TensorShape(shape)
         dtype = tf.as_dtype(dtype)
         if (not dtype.is_floating or shape.rank is None or shape.rank <= 1
                 or shape.num_elements() < self.min_compress_elements):
             return self.dense
+        if self.selection and not self.selection.worth_compressing(self.compressor, shape, dtype, num_workers):
+            return self.dense
         return self.compressor
 
-    def state_specs(self, shapes_and_dtypes, names):
+    def state_specs(self, shapes_and_dtypes, names, num_workers):
         """{tensor name: {state name: (shape, dtype)}} of the compressor state these tensors need."""
         specs = {}
         for (shape, dtype), name in zip(shapes_and_dtypes, names):
-            specs[name] = self.plan(shape, dtype).state_specs(tf.TensorShape(shape), tf.as_dtype(dtype))
+            compressor = self.plan(shape, dtype, num_workers)
+            specs[name] = compressor.state_specs(tf.TensorShape(shape), tf.as_dtype(dtype))
         return specs
 
-    def payload_bytes(self, shapes_and_dtypes):
-        """Bytes one worker sends into the collectives per step."""
-        return sum(self.plan(s, d).payload_bytes(s, d) for s, d in shapes_and_dtypes)
+    def payload_bytes(self, shapes_and_dtypes, num_workers):
+        """Bytes one worker sends into the collectives per step (after warm-up)."""
+        return sum(self.plan(s, d, num_workers).payload_bytes(s, d) for s, d in shapes_and_dtypes)
 
     def reduce(self, grads, names, state, collectives, reduce_op="mean"):
         """The averaged (or, with reduce_op="sum", summed) gradients, in order."""
@@ -69,13 +85,27 @@ class Exchange:
             raise ValueError(f"reduce_op must be 'mean' or 'sum', got {reduce_op!r}")
         grads = [_dense(g, n) for g, n in zip(grads, names)]
         k = collectives.num_workers
-        state.build(self.state_specs([(g.shape, g.dtype) for g in grads], names))
+        state.build(self.state_specs([(g.shape, g.dtype) for g in grads], names, k))
+        plans = [self.plan(g.shape, g.dtype, k) for g in grads]
+        if self.warmup_steps:
+            # Every worker counts the same steps, so all take the same branch.
+            dense = [self.dense] * len(grads)
+            results = tf.cond(state.step < self.warmup_steps,
+                              lambda: self._exchange(grads, names, dense, state, collectives, reduce_op),
+                              lambda: self._exchange(grads, names, plans, state, collectives, reduce_op))
+        else:
+            results = self._exchange(grads, names, plans, state, collectives, reduce_op)
+        with tf.control_dependencies(results):
+            state.step.assign_add(1)
+        return results
+
+    def _exchange(self, grads, names, plans, state, collectives, reduce_op):
+        """Compresses, communicates and decompresses every tensor by its plan."""
         pending = []
-        for i, (grad, name) in enumerate(zip(grads, names)):
-            compressor = self.plan(grad.shape, grad.dtype)
-            variables = state.get(name)
-            ctx = TensorContext(name, k, state.step, self.global_seed, average=reduce_op == "mean")
-            pending.append((i, compressor is not self.dense, compressor.compress(grad, variables, ctx)))
+        for i, (grad, name, compressor) in enumerate(zip(grads, names, plans)):
+            ctx = TensorContext(name, collectives.num_workers, state.step, self.global_seed,
+                                average=reduce_op == "mean")
+            pending.append((i, compressor is not self.dense, compressor.compress(grad, state.get(name), ctx)))
         results = [None] * len(grads)
         while pending:
             returned = self._run_round(pending, grads, collectives)
@@ -87,8 +117,6 @@ class Exchange:
                 else:
                     results[i] = out
             pending = next_pending
-        with tf.control_dependencies(results):
-            state.step.assign_add(1)
         return results
 
     def _run_round(self, pending, grads, collectives):

@@ -82,6 +82,9 @@ class TensorContext:
 class Compressor:
     """Base class. Subclasses define payload_specs, compress and, if stateful, state_specs."""
 
+    #: Whether the exchange applies efficiency-aware tensor selection by default.
+    efficiency_aware = False
+
     #: One payload spec list per round (PowerSGD has two rounds).
     def payload_specs(self, shape, dtype):
         raise NotImplementedError

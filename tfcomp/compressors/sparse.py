@@ -35,6 +35,8 @@ def estimate_threshold(values, k_fraction, seed, sample_fraction=0.01, min_sampl
 class Sparsifier(Compressor):
     """Common part: ratio, error feedback, momentum correction, allgather decode."""
 
+    efficiency_aware = True
+
     def __init__(self, ratio=DEFAULT_RATIO, momentum=None):
         if not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
             raise ValueError(f"{type(self).__name__}: ratio is the fraction of elements kept and must "

@@ -12,6 +12,7 @@ from tensorflow.python.distribute import cross_device_ops as cross_device_ops_li
 from tfcomp.distribute import gradient_calls
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
 from tfcomp.exchange import Exchange
+from tfcomp.selection import CompressionProfile
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
@@ -24,8 +25,10 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         get a timeout of DEFAULT_TIMEOUT_SECONDS unless communication_options
         sets one, so a worker that is gone or misconfigured fails the step
         instead of hanging it.
-    exchange_options: min_compress_elements, bucket_bytes, global_seed (see
-        tfcomp.exchange.Exchange).
+    exchange_options: min_compress_elements, bucket_bytes, global_seed,
+        selection, warmup_steps (see tfcomp.exchange.Exchange). Where tensor
+        selection is on, the workers measure (or load) the compressor's
+        compression times at construction and share their average.
     """
 
     def __init__(self, compression=None, cluster_resolver=None, communication_options=None,
@@ -45,6 +48,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             base, exchange, rank=self.cluster_resolver.task_id or 0)
         self.exchange = exchange
         self._check_workers_agree()
+        self._share_compression_profile()
 
     @property
     def compressor(self):
@@ -52,7 +56,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def payload_bytes(self, variables):
         """Bytes one worker sends per step for these (trainable) variables."""
-        return self.exchange.payload_bytes((v.shape, v.dtype) for v in variables)
+        return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables],
+                                           self.num_replicas_in_sync)
 
     def _check_workers_agree(self):
         """Every worker must run the same exchange, or payloads would not line up."""
@@ -72,6 +77,23 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
                 f"{self.cluster_resolver.task_id}) runs {config} (fingerprint {fingerprint}); the "
                 f"workers' fingerprints in task order are {gathered}. Give every worker the same "
                 f"compression= and exchange options.")
+
+
+    def _share_compression_profile(self):
+        """Tensor selection decides from measured compression times; the workers
+        average theirs, so that they all make the same decisions."""
+        selection = self.exchange.selection
+        if not selection:
+            return
+        local = selection.profile(self.compressor)
+
+        @tf.function
+        def average():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, tf.constant(local.seconds, tf.float64))
+
+        shared = self.experimental_local_results(self.run(average))[0].numpy()
+        selection.set_profile(self.compressor, CompressionProfile(local.sizes, shared.tolist()))
 
 
 def _with_timeout(options):

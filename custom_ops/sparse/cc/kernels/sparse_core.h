@@ -8,8 +8,9 @@
 // sequential pass in index order leaves ("the last writer wins") and what
 // atomic max gives on any number of threads, so every device and thread count
 // selects the same. NaN is selected so that a diverged gradient reaches the
-// optimizer instead of hiding in a residual. Each valid index is distinct and
-// sits in its hash slot. Element 0 is an ordinary index.
+// optimizer instead of hiding in a residual (and a NaN threshold selects
+// everything). Each valid index is distinct and sits in its hash slot.
+// Element 0 is an ordinary index.
 //
 // h is Carter-Wegman universal hashing, h(i) = ((a*i + b) mod p) mod m with
 // the Mersenne prime p = 2^61 - 1 and (a, b) drawn from a 64-bit seed.

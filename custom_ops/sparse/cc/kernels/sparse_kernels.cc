@@ -4,6 +4,8 @@
 #include "sparse_kernels.h"
 
 #include <algorithm>
+#include <limits>
+#include <type_traits>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>

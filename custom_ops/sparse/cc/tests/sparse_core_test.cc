@@ -1,0 +1,276 @@
+// Unit test of sparse_core.h (no TensorFlow): the Mersenne-61 reduction and
+// the universal hash against straightforward __int128 references, the seed
+// expansion, an empirical universality check, and the selection predicate.
+// Prints "N passed, M failed" and exits nonzero on a failure.
+#include "custom_ops/sparse/cc/kernels/sparse_core.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "custom_ops/testing/check.h"
+
+namespace {
+
+using tfcomp::testing::Case;
+using tfcomp::testing::Summary;
+using tfcomp::sparse::HashParams;
+using tfcomp::sparse::kMersenne61;
+
+using u128 = unsigned __int128;
+
+constexpr uint64_t kP = (uint64_t{1} << 61) - 1;
+constexpr uint64_t kMaxIndex = std::numeric_limits<int64_t>::max();  // indices are int64 >= 0
+
+// ---- References ------------------------------------------------------------
+
+uint64_t RefMod(uint64_t hi, uint64_t lo) {
+  const u128 x = (static_cast<u128>(hi) << 64) | lo;
+  return static_cast<uint64_t>(x % kP);
+}
+
+int64_t RefHashSlot(HashParams h, uint64_t i, int64_t m) {
+  const u128 x = static_cast<u128>(h.a) * i + h.b;
+  return static_cast<int64_t>(static_cast<uint64_t>(x % kP) % static_cast<uint64_t>(m));
+}
+
+std::pair<uint64_t, uint64_t> Split(u128 x) {
+  return {static_cast<uint64_t>(x >> 64), static_cast<uint64_t>(x)};
+}
+
+// ---- Tests -----------------------------------------------------------------
+
+void Constants() {
+  CHECK(kMersenne61 == kP);
+  CHECK(tfcomp::sparse::kEmptyIndex == -1);
+}
+
+void ModMersenne61Edges() {
+  // x < 2^122, given as (hi, lo): hi < 2^58.
+  const uint64_t hi_max = (uint64_t{1} << 58) - 1;
+  const uint64_t lo_max = ~uint64_t{0};
+  std::vector<std::pair<uint64_t, uint64_t>> inputs = {
+      {0, 0},          {0, 1},          {0, kP - 1},     {0, kP},         {0, kP + 1},
+      {0, 2 * kP - 1}, {0, 2 * kP},     {0, 2 * kP + 1}, {0, lo_max},     {0, lo_max - 1},
+      {0, uint64_t{1} << 61},           {0, uint64_t{1} << 63},           {1, 0},
+      {hi_max, lo_max}, {hi_max, 0},    {0, 7 * kP},     {hi_max, kP}};
+  // Multiples of p and their neighbours, up to p * p < 2^122; and the largest
+  // products a * i of HashSlot's domain (a < p, i < 2^63).
+  const u128 p = kP;
+  for (u128 k : {u128{2}, u128{8}, u128{9}, u128{1} << 40, p - 1, p}) {
+    for (int d = -2; d <= 2; ++d) inputs.push_back(Split(k * p + d));
+  }
+  for (uint64_t a : {kP - 1, kP - 2, uint64_t{1} << 60}) {
+    for (uint64_t i : {kMaxIndex, kMaxIndex - 1, kP, kP + 1, uint64_t{1} << 62}) {
+      inputs.push_back(Split(static_cast<u128>(a) * i));
+    }
+  }
+  for (const auto& in : inputs) {
+    const uint64_t got = tfcomp::sparse::ModMersenne61(in.first, in.second);
+    CHECK(got == RefMod(in.first, in.second))
+        << std::hex << "hi=0x" << in.first << " lo=0x" << in.second << " got=0x" << got
+        << " ref=0x" << RefMod(in.first, in.second);
+    CHECK(got < kP) << std::hex << "hi=0x" << in.first << " lo=0x" << in.second;
+  }
+  // Spelled out, so a wrong reference cannot hide a wrong reduction.
+  CHECK(tfcomp::sparse::ModMersenne61(0, kP) == 0);
+  CHECK(tfcomp::sparse::ModMersenne61(0, kP + 5) == 5);
+  CHECK(tfcomp::sparse::ModMersenne61(1, 0) == 8);  // 2^64 = 8 * 2^61 = 8 (mod p)
+  CHECK(tfcomp::sparse::ModMersenne61(0, lo_max) == 7);  // 2^64 - 1 = 7 (mod p)
+}
+
+void ModMersenne61Random() {
+  std::mt19937_64 rng(61);
+  for (int trial = 0; trial < 200000; ++trial) {
+    uint64_t hi, lo;
+    switch (trial % 4) {
+      case 0:  // anywhere below 2^122
+        hi = rng() >> 6;
+        lo = rng();
+        break;
+      case 1:  // a product of HashSlot's domain
+        std::tie(hi, lo) = Split(static_cast<u128>(rng() % kP) * (rng() >> 1));
+        break;
+      case 2:  // a small multiple of p plus a small offset
+        std::tie(hi, lo) = Split(static_cast<u128>(kP) * (rng() % 1000) + rng() % 16);
+        break;
+      default:  // 64-bit values only
+        hi = 0;
+        lo = rng();
+    }
+    const uint64_t got = tfcomp::sparse::ModMersenne61(hi, lo);
+    CHECK(got == RefMod(hi, lo)) << std::hex << "hi=0x" << hi << " lo=0x" << lo << " got=0x"
+                                 << got << " ref=0x" << RefMod(hi, lo);
+  }
+}
+
+void CheckHashSlot(HashParams h, uint64_t i, int64_t m) {
+  const int64_t got = tfcomp::sparse::HashSlot(h, i, m);
+  CHECK(got >= 0 && got < m) << "slot " << got << " outside [0, " << m << ")";
+  CHECK(got == RefHashSlot(h, i, m)) << "a=" << h.a << " b=" << h.b << " i=" << i << " m=" << m
+                                     << " got=" << got << " ref=" << RefHashSlot(h, i, m);
+}
+
+const int64_t kSlotCounts[] = {1, 2, 7, 1024, int64_t{1} << 31, int64_t{1} << 40, kP};
+
+void HashSlotEdges() {
+  const uint64_t a_values[] = {1, 2, kP - 1, kP - 2, uint64_t{1} << 60, 0x123456789abcdefull};
+  const uint64_t b_values[] = {0, 1, kP - 1, kP / 2};
+  const uint64_t indices[] = {0, 1, 2, 63, 64, 1023, 1024, kP - 1, kP, kP + 1, 2 * kP,
+                              uint64_t{1} << 62, kMaxIndex - 1, kMaxIndex};
+  for (uint64_t a : a_values) {
+    for (uint64_t b : b_values) {
+      for (uint64_t i : indices) {
+        for (int64_t m : kSlotCounts) CheckHashSlot(HashParams{a, b}, i, m);
+      }
+    }
+  }
+  // Spelled out: h(i) = ((a*i + b) mod p) mod m.
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, 5, 7) == 5);
+  CHECK(tfcomp::sparse::HashSlot(HashParams{3, 4}, 5, 7) == 5);  // 19 mod 7
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP, 1024) == 0);
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, kP - 1}, 1, 1024) == 0);  // (p - 1 + 1) mod p
+  CHECK(tfcomp::sparse::HashSlot(HashParams{kP - 1, 0}, 1, 1 << 20) ==
+        static_cast<int64_t>((kP - 1) % (1 << 20)));
+}
+
+void HashSlotRandom() {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 100000; ++trial) {
+    const HashParams h{1 + rng() % (kP - 1), rng() % kP};
+    const uint64_t i = trial % 2 ? rng() >> 1 : rng() % 200000;  // int64 >= 0
+    CheckHashSlot(h, i, kSlotCounts[trial % 5]);
+    if (trial % 16 == 0) CheckHashSlot(h, i, 1 + static_cast<int64_t>(rng() % 100000));
+  }
+  // Seeds as the op draws them.
+  for (int trial = 0; trial < 2000; ++trial) {
+    const HashParams h = tfcomp::sparse::HashFromSeed(rng(), rng());
+    for (int64_t m : kSlotCounts) CheckHashSlot(h, rng() >> 1, m);
+  }
+}
+
+void CheckParams(HashParams h, uint64_t s0, uint64_t s1) {
+  CHECK(h.a >= 1 && h.a <= kP - 1) << "seed (" << s0 << ", " << s1 << "): a=" << h.a;
+  CHECK(h.b <= kP - 1) << "seed (" << s0 << ", " << s1 << "): b=" << h.b;
+}
+
+void HashFromSeed() {
+  const uint64_t edges[] = {0, 1, 2, kP - 1, kP, kP + 1, kMaxIndex, uint64_t{1} << 63, ~uint64_t{0}};
+  for (uint64_t s0 : edges) {
+    for (uint64_t s1 : edges) {
+      const HashParams h = tfcomp::sparse::HashFromSeed(s0, s1);
+      const HashParams again = tfcomp::sparse::HashFromSeed(s0, s1);
+      CHECK(h.a == again.a && h.b == again.b) << "not deterministic for (" << s0 << ", " << s1
+                                              << ")";
+      CheckParams(h, s0, s1);
+    }
+  }
+  std::mt19937_64 rng(3);
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  std::set<uint64_t> seen_a;
+  const int kSeeds = 20000;
+  for (int trial = 0; trial < kSeeds; ++trial) {
+    const uint64_t s0 = rng(), s1 = trial % 3 ? rng() : 0;
+    const HashParams h = tfcomp::sparse::HashFromSeed(s0, s1);
+    const HashParams again = tfcomp::sparse::HashFromSeed(s0, s1);
+    CHECK(h.a == again.a && h.b == again.b) << "not deterministic for (" << s0 << ", " << s1 << ")";
+    CheckParams(h, s0, s1);
+    seen.insert({h.a, h.b});
+    seen_a.insert(h.a);
+    // Both words of the seed matter.
+    const HashParams other0 = tfcomp::sparse::HashFromSeed(s0 ^ 1, s1);
+    const HashParams other1 = tfcomp::sparse::HashFromSeed(s0, s1 ^ 1);
+    CHECK(other0.a != h.a || other0.b != h.b) << "seed[0] ignored: (" << s0 << ", " << s1 << ")";
+    CHECK(other1.a != h.a || other1.b != h.b) << "seed[1] ignored: (" << s0 << ", " << s1 << ")";
+  }
+  // Distinct seeds give distinct functions (61-bit draws: no repeats expected).
+  CHECK(seen.size() == kSeeds) << seen.size() << " distinct (a, b) of " << kSeeds;
+  CHECK(seen_a.size() == kSeeds) << seen_a.size() << " distinct a of " << kSeeds;
+}
+
+// For two fixed keys distinct mod p, Pr over the seed [h(x) == h(y)] is about
+// 1/m for a universal family; the bound here is loose (within [1/2m, 2/m)).
+// (Keys equal mod p, such as 0 and p, always collide: the family hashes
+// [0, p), and tensors have far fewer than 2^61 elements.)
+void Universality() {
+  const int64_t m = 64;
+  const int kSeeds = 40000;
+  const std::pair<uint64_t, uint64_t> pairs[] = {
+      {0, 1}, {0, 64}, {1, 65}, {3, 3 + 64 * 1000}, {0, kP - 1}, {5, uint64_t{1} << 40},
+      {12345, kMaxIndex}, {100, 101}};
+  std::mt19937_64 rng(64);
+  for (const auto& keys : pairs) {
+    int collisions = 0;
+    for (int s = 0; s < kSeeds; ++s) {
+      const HashParams h = tfcomp::sparse::HashFromSeed(rng(), rng());
+      collisions += tfcomp::sparse::HashSlot(h, keys.first, m) ==
+                    tfcomp::sparse::HashSlot(h, keys.second, m);
+    }
+    const double rate = static_cast<double>(collisions) / kSeeds;
+    CHECK(rate < 2.0 / m && rate > 0.5 / m)
+        << "keys (" << keys.first << ", " << keys.second << "): collision rate " << rate
+        << ", 1/m = " << 1.0 / m;
+  }
+  // And one key's slot is about uniform over the seeds.
+  std::vector<int> counts(m, 0);
+  for (int s = 0; s < kSeeds; ++s) {
+    ++counts[tfcomp::sparse::HashSlot(tfcomp::sparse::HashFromSeed(rng(), rng()), 42, m)];
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    const double expected = static_cast<double>(kSeeds) / m;
+    CHECK(counts[j] > 0.7 * expected && counts[j] < 1.3 * expected)
+        << "slot " << j << ": " << counts[j] << " of " << kSeeds << " seeds";
+  }
+}
+
+template <typename Acc>
+void CheckSelected() {
+  using L = std::numeric_limits<Acc>;
+  using tfcomp::sparse::Selected;
+  const Acc nan = L::quiet_NaN(), inf = L::infinity();
+  for (Acc t : {Acc(0), Acc(0.5), Acc(1), Acc(1e6), L::max(), inf}) {
+    CHECK(Selected(nan, t)) << "NaN at threshold " << t;
+    CHECK(Selected(-nan, t)) << "-NaN at threshold " << t;
+    CHECK(Selected(t, t)) << "|g| == threshold " << t;
+    CHECK(Selected(inf, t)) << "inf at threshold " << t;
+    if (t > 0) {
+      CHECK(!Selected(std::nextafter(t, Acc(0)), t)) << "just below threshold " << t;
+      CHECK(!Selected(Acc(0), t)) << "0 at threshold " << t;
+    }
+    if (t < inf) {
+      CHECK(Selected(std::nextafter(t, inf), t)) << "just above threshold " << t;
+    }
+  }
+  CHECK(!Selected(L::max(), inf));
+  CHECK(Selected(Acc(0), Acc(0)));
+  CHECK(Selected(Acc(0), -Acc(0)));
+  CHECK(Selected(Acc(3), Acc(2)));
+  CHECK(!Selected(Acc(1), Acc(2)));
+  // Through AbsValue, as the kernels call it: the sign does not matter.
+  CHECK(Selected(tfcomp::AbsValue(-inf), Acc(1)));
+  CHECK(Selected(tfcomp::AbsValue(Acc(-2)), Acc(2)));
+  CHECK(!Selected(tfcomp::AbsValue(Acc(-1.5)), Acc(2)));
+  CHECK(Selected(tfcomp::AbsValue(-nan), Acc(2)));
+}
+void SelectedFloat() { CheckSelected<float>(); }
+void SelectedDouble() { CheckSelected<double>(); }
+
+}  // namespace
+
+int main() {
+  Case("Constants", Constants);
+  Case("ModMersenne61Edges", ModMersenne61Edges);
+  Case("ModMersenne61Random", ModMersenne61Random);
+  Case("HashSlotEdges", HashSlotEdges);
+  Case("HashSlotRandom", HashSlotRandom);
+  Case("HashFromSeed", HashFromSeed);
+  Case("Universality", Universality);
+  Case("SelectedFloat", SelectedFloat);
+  Case("SelectedDouble", SelectedDouble);
+  return Summary();
+}

@@ -1,0 +1,761 @@
+// Runs the sparse ops of the built op library through the TensorFlow C API:
+// TfcompHashSelect against a sequential reference (pass i = 0..n-1, write i to
+// slot h(i) when selected: the last writer, the largest index, wins) bit for
+// bit, plus its invariants; TfcompSparseDecode against an in-order reference
+// bit for bit; and the argument errors.
+//
+// Usage: sparse_ops_test path/to/_tfcomp_ops.so   (or TFCOMP_OPS_LIB=...)
+// Prints "N passed, M failed" and exits nonzero on a failure.
+//
+// The reference hash reuses HashFromSeed and HashSlot of sparse_core.h, which
+// sparse_core_test checks against an __int128 reference.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "custom_ops/sparse/cc/kernels/sparse_core.h"
+#include "custom_ops/testing/check.h"
+#include "tensorflow/c/c_api.h"
+
+namespace {
+
+using tfcomp::testing::Case;
+
+// ---- The dtypes: storage, conversion, and the kernels' addition ------------
+//
+// TensorFlow runs kernels with denormals flushed to zero, so the test values
+// stay normal (magnitudes >= 2^-5), and so do their sums.
+
+template <typename S>
+uint64_t Bits(S x) {
+  uint64_t b = 0;
+  std::memcpy(&b, &x, sizeof(S));
+  return b;
+}
+
+template <typename S>
+S FromBits(uint64_t b) {
+  S x;
+  std::memcpy(&x, &b, sizeof(S));
+  return x;
+}
+
+// float -> half, round to nearest even (what Eigen::half's conversion does).
+uint16_t HalfFromFloat(float f) {
+  const uint16_t sign = static_cast<uint16_t>((Bits(f) >> 16) & 0x8000);
+  if (std::isnan(f)) return sign | 0x7e00;
+  const float a = std::fabs(f);
+  if (a >= 65520.0f) return sign | 0x7c00;
+  if (a == 0) return sign;
+  const int e = std::ilogb(a);
+  const int q = std::max(e, -14) - 10;  // the quantum: 2^q
+  const double r = std::nearbyint(std::ldexp(static_cast<double>(a), -q));  // ties to even
+  // Subnormal: r units of 2^-24 (r = 1024 is the smallest normal). Normal: the
+  // exponent field plus the mantissa; r = 2048 carries into the exponent.
+  const uint32_t bits = e < -14 ? static_cast<uint32_t>(r)
+                                : ((e + 15) << 10) + static_cast<uint32_t>(r) - 1024;
+  return static_cast<uint16_t>(sign | bits);
+}
+
+// float -> bfloat16, round to nearest even (Eigen::bfloat16's conversion).
+uint16_t BFloat16FromFloat(float f) {
+  if (std::isnan(f)) return std::signbit(f) ? 0xffc0 : 0x7fc0;
+  const uint32_t x = static_cast<uint32_t>(Bits(f));
+  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+template <typename F>
+struct IeeeType {
+  using S = F;
+  static double ToDouble(S v) { return v; }
+  static S FromDouble(double v) { return static_cast<S>(v); }
+  static S Add(S a, S b) { return a + b; }
+};
+
+struct Float : IeeeType<float> {
+  static constexpr TF_DataType kType = TF_FLOAT;
+  static constexpr const char* kName = "float";
+  static constexpr double kBig = 1e8;  // swamps the small values: order matters
+};
+
+struct Double : IeeeType<double> {
+  static constexpr TF_DataType kType = TF_DOUBLE;
+  static constexpr const char* kName = "double";
+  static constexpr double kBig = 1e17;
+};
+
+// 16-bit types are passed to TensorFlow as their bit patterns; the kernels add
+// them in float and round the sum back (Eigen's operator+=).
+struct Half {
+  using S = uint16_t;
+  static constexpr TF_DataType kType = TF_HALF;
+  static constexpr const char* kName = "half";
+  static constexpr double kBig = 1024;  // ulp 1
+  static double ToDouble(S h) {
+    const int exponent = (h >> 10) & 31, mantissa = h & 1023;
+    const double v = exponent == 0    ? std::ldexp(mantissa, -24)
+                     : exponent == 31 ? (mantissa ? NAN : INFINITY)
+                                      : std::ldexp(1024 + mantissa, exponent - 25);
+    return (h & 0x8000) ? -v : v;
+  }
+  static S FromDouble(double v) { return HalfFromFloat(static_cast<float>(v)); }
+  static S Add(S a, S b) {
+    const float sum = static_cast<float>(ToDouble(a)) + static_cast<float>(ToDouble(b));
+    return HalfFromFloat(sum);
+  }
+};
+
+struct BFloat16 {
+  using S = uint16_t;
+  static constexpr TF_DataType kType = TF_BFLOAT16;
+  static constexpr const char* kName = "bfloat16";
+  static constexpr double kBig = 1024;  // ulp 8
+  static double ToDouble(S b) { return FromBits<float>(uint64_t{b} << 16); }
+  static S FromDouble(double v) { return BFloat16FromFloat(static_cast<float>(v)); }
+  static S Add(S a, S b) {
+    const float sum = static_cast<float>(ToDouble(a)) + static_cast<float>(ToDouble(b));
+    return BFloat16FromFloat(sum);
+  }
+};
+
+struct Int32Index {
+  using I = int32_t;
+  static constexpr TF_DataType kType = TF_INT32;
+  static constexpr const char* kName = "int32";
+};
+
+struct Int64Index {
+  using I = int64_t;
+  static constexpr TF_DataType kType = TF_INT64;
+  static constexpr const char* kName = "int64";
+};
+
+// Magnitudes in [2^-5, 2^3), either sign; exactly representable in every dtype.
+template <typename Tr>
+typename Tr::S RandomValue(std::mt19937_64& rng) {
+  const int exponent = -5 + static_cast<int>(rng() % 8);
+  const double mantissa = 1.0 + static_cast<double>(rng() % 128) / 128;  // 8 bits
+  return Tr::FromDouble((rng() & 1 ? -1 : 1) * std::ldexp(mantissa, exponent));
+}
+
+// ---- TensorFlow C API helpers ------------------------------------------------
+
+struct TensorDeleter {
+  void operator()(TF_Tensor* t) const { TF_DeleteTensor(t); }
+};
+using Tensor = std::unique_ptr<TF_Tensor, TensorDeleter>;
+
+template <typename S>
+Tensor MakeTensor(TF_DataType type, std::vector<int64_t> dims, const std::vector<S>& values) {
+  TF_Tensor* t = TF_AllocateTensor(type, dims.data(), static_cast<int>(dims.size()),
+                                   values.size() * sizeof(S));
+  if (!values.empty()) std::memcpy(TF_TensorData(t), values.data(), values.size() * sizeof(S));
+  return Tensor(t);
+}
+
+template <typename S>
+std::vector<S> Values(const Tensor& t) {
+  std::vector<S> v(TF_TensorElementCount(t.get()));
+  if (!v.empty()) std::memcpy(v.data(), TF_TensorData(t.get()), v.size() * sizeof(S));
+  return v;
+}
+
+std::vector<int64_t> Shape(const Tensor& t) {
+  std::vector<int64_t> dims(TF_NumDims(t.get()));
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] = TF_Dim(t.get(), static_cast<int>(i));
+  return dims;
+}
+
+struct Status {
+  TF_Code code = TF_OK;
+  std::string message;
+  bool ok() const { return code == TF_OK; }
+};
+
+Status TakeStatus(TF_Status* s) {
+  Status out{TF_GetCode(s), TF_Message(s)};
+  TF_DeleteStatus(s);
+  return out;
+}
+
+const int64_t kCapacities[] = {0, 1, 7, 1024};
+
+// One graph per dtype: placeholders of unknown shape (so the kernels, not the
+// shape functions, see bad shapes) feeding a HashSelect per (capacity, index
+// type) and a SparseDecode per index type.
+class SparseGraph {
+ public:
+  struct Select {
+    TF_Output values, indices;
+  };
+  TF_Output g, threshold, seed;
+  std::map<std::pair<int64_t, TF_DataType>, Select> select;
+  TF_Output decode_values, decode_n;
+  std::map<TF_DataType, TF_Output> decode_indices, decode_out;
+
+  explicit SparseGraph(TF_DataType type) : graph_(TF_NewGraph()) {
+    g = Placeholder("g", type);
+    threshold = Placeholder("threshold", type);
+    seed = Placeholder("seed", TF_INT64);
+    decode_values = Placeholder("decode_values", type);
+    decode_n = Placeholder("decode_n", TF_INT64);
+    for (TF_DataType index_type : {TF_INT32, TF_INT64}) {
+      const std::string suffix = index_type == TF_INT32 ? "_int32" : "_int64";
+      for (int64_t capacity : kCapacities) {
+        const std::string name = "select_" + std::to_string(capacity) + suffix;
+        TF_OperationDescription* d = TF_NewOperation(graph_, "TfcompHashSelect", name.c_str());
+        for (const TF_Output& in : {g, threshold, seed}) TF_AddInput(d, in);
+        TF_SetAttrType(d, "T", type);
+        TF_SetAttrType(d, "Tindex", index_type);
+        TF_SetAttrInt(d, "capacity", capacity);
+        TF_Operation* op = Finish(d, name.c_str());
+        select[{capacity, index_type}] = Select{{op, 0}, {op, 1}};
+      }
+      const std::string indices_name = "decode_indices" + suffix;
+      decode_indices[index_type] = Placeholder(indices_name.c_str(), index_type);
+      const std::string name = "decode" + suffix;
+      TF_OperationDescription* d = TF_NewOperation(graph_, "TfcompSparseDecode", name.c_str());
+      for (const TF_Output& in : {decode_values, decode_indices[index_type], decode_n}) {
+        TF_AddInput(d, in);
+      }
+      TF_SetAttrType(d, "T", type);
+      TF_SetAttrType(d, "Tindex", index_type);
+      decode_out[index_type] = {Finish(d, name.c_str()), 0};
+    }
+
+    TF_Status* s = TF_NewStatus();
+    TF_SessionOptions* options = TF_NewSessionOptions();
+    session_ = TF_NewSession(graph_, options, s);
+    TF_DeleteSessionOptions(options);
+    Require(TakeStatus(s), "TF_NewSession");
+  }
+
+  ~SparseGraph() {
+    TF_Status* s = TF_NewStatus();
+    TF_CloseSession(session_, s);
+    TF_DeleteSession(session_, s);
+    TF_DeleteStatus(s);
+    TF_DeleteGraph(graph_);
+  }
+
+  Status Run(std::vector<std::pair<TF_Output, Tensor>> feeds, std::vector<TF_Output> fetches,
+             std::vector<Tensor>* outputs) {
+    std::vector<TF_Output> inputs;
+    std::vector<TF_Tensor*> values;
+    for (auto& f : feeds) {
+      inputs.push_back(f.first);
+      values.push_back(f.second.get());
+    }
+    std::vector<TF_Tensor*> raw(fetches.size(), nullptr);
+    TF_Status* s = TF_NewStatus();
+    TF_SessionRun(session_, nullptr, inputs.data(), values.data(), static_cast<int>(inputs.size()),
+                  fetches.data(), raw.data(), static_cast<int>(fetches.size()), nullptr, 0,
+                  nullptr, s);
+    outputs->clear();
+    for (TF_Tensor* t : raw) outputs->emplace_back(t);
+    return TakeStatus(s);
+  }
+
+ private:
+  static void Require(const Status& s, const char* what) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", what, s.message.c_str());
+      std::exit(2);
+    }
+  }
+
+  TF_Operation* Finish(TF_OperationDescription* d, const char* name) {
+    TF_Status* s = TF_NewStatus();
+    TF_Operation* op = TF_FinishOperation(d, s);
+    Require(TakeStatus(s), name);
+    return op;
+  }
+
+  TF_Output Placeholder(const char* name, TF_DataType type) {
+    TF_OperationDescription* d = TF_NewOperation(graph_, "Placeholder", name);
+    TF_SetAttrType(d, "dtype", type);
+    return {Finish(d, name), 0};
+  }
+
+  TF_Graph* graph_;
+  TF_Session* session_ = nullptr;
+};
+
+Tensor Scalar64(int64_t v) { return MakeTensor<int64_t>(TF_INT64, {}, {v}); }
+
+const int64_t kSizes[] = {0, 1, 1000, 100003};
+
+// ---- HashSelect ----------------------------------------------------------------
+
+template <typename Tr>
+bool RefSelected(typename Tr::S v, double threshold) {
+  return !(std::fabs(Tr::ToDouble(v)) < threshold);  // NaN is selected
+}
+
+// The sequential pass: the last writer, the largest selected index, wins.
+template <typename Tr>
+std::vector<int64_t> RefSelect(const std::vector<typename Tr::S>& g, double threshold,
+                               tfcomp::sparse::HashParams hash, int64_t capacity) {
+  std::vector<int64_t> slots(capacity, -1);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (RefSelected<Tr>(g[i], threshold)) slots[tfcomp::sparse::HashSlot(hash, i, capacity)] = i;
+  }
+  return slots;
+}
+
+struct SelectRun {
+  std::vector<int64_t> indices;  // widened; empty when the run failed
+  bool ok = false;
+};
+
+// Runs HashSelect and checks it against the reference and its invariants.
+template <typename Tr, typename Ix>
+SelectRun CheckSelect(SparseGraph& graph, const std::vector<typename Tr::S>& g,
+                      std::vector<int64_t> dims, typename Tr::S threshold, int64_t capacity,
+                      int64_t seed0, int64_t seed1, const std::string& what) {
+  using S = typename Tr::S;
+  using I = typename Ix::I;
+  const SparseGraph::Select& op = graph.select.at({capacity, Ix::kType});
+  std::vector<Tensor> out;
+  std::vector<std::pair<TF_Output, Tensor>> feeds;
+  feeds.emplace_back(graph.g, MakeTensor(Tr::kType, dims, g));
+  feeds.emplace_back(graph.threshold, MakeTensor<S>(Tr::kType, {}, {threshold}));
+  feeds.emplace_back(graph.seed, MakeTensor<int64_t>(TF_INT64, {2}, {seed0, seed1}));
+  const Status s = graph.Run(std::move(feeds), {op.values, op.indices}, &out);
+  CHECK(s.ok()) << what << ": " << s.message;
+  SelectRun run;
+  if (!s.ok()) return run;
+
+  // Fixed output size, whatever is selected.
+  CHECK(Shape(out[0]) == std::vector<int64_t>{capacity}) << what << ": values shape";
+  CHECK(Shape(out[1]) == std::vector<int64_t>{capacity}) << what << ": indices shape";
+  const std::vector<S> values = Values<S>(out[0]);
+  const std::vector<I> indices = Values<I>(out[1]);
+  if (static_cast<int64_t>(values.size()) != capacity ||
+      static_cast<int64_t>(indices.size()) != capacity) {
+    return run;
+  }
+
+  const double t = Tr::ToDouble(threshold);
+  const tfcomp::sparse::HashParams hash = tfcomp::sparse::HashFromSeed(
+      static_cast<uint64_t>(seed0), static_cast<uint64_t>(seed1));
+  const int64_t n = static_cast<int64_t>(g.size());
+
+  // Bit-exact against the sequential reference.
+  if (capacity > 0) {
+    const std::vector<int64_t> ref = RefSelect<Tr>(g, t, hash, capacity);
+    for (int64_t j = 0; j < capacity; ++j) {
+      CHECK(indices[j] == ref[j]) << what << ": slot " << j << " holds index " << indices[j]
+                                  << ", the reference " << ref[j];
+      const uint64_t want = ref[j] >= 0 ? Bits(g[ref[j]]) : 0;  // +0 in an empty slot
+      CHECK(Bits(values[j]) == want) << what << ": slot " << j << " value bits 0x" << std::hex
+                                     << Bits(values[j]) << " != 0x" << want;
+    }
+  }
+
+  // Invariants, independent of the reference: valid indices are distinct,
+  // selected, in their hash slot, with their value; empty slots are (-1, +0);
+  // every selected element's slot holds an index at least as large.
+  std::set<int64_t> seen;
+  for (int64_t j = 0; j < capacity; ++j) {
+    const int64_t idx = indices[j];
+    if (idx == -1) {
+      CHECK(Bits(values[j]) == 0) << what << ": empty slot " << j << " value bits 0x" << std::hex
+                                  << Bits(values[j]);
+      continue;
+    }
+    CHECK(idx >= 0 && idx < n) << what << ": slot " << j << " index " << idx << " outside [-1, "
+                               << n << ")";
+    if (idx < 0 || idx >= n) continue;
+    CHECK(seen.insert(idx).second) << what << ": index " << idx << " appears twice";
+    CHECK(RefSelected<Tr>(g[idx], t)) << what << ": index " << idx << " is not selected";
+    CHECK(tfcomp::sparse::HashSlot(hash, idx, capacity) == j)
+        << what << ": index " << idx << " in slot " << j << ", hashes to "
+        << tfcomp::sparse::HashSlot(hash, idx, capacity);
+    CHECK(Bits(values[j]) == Bits(g[idx])) << what << ": slot " << j << " value is not g[" << idx
+                                           << "]";
+  }
+  if (capacity > 0) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!RefSelected<Tr>(g[i], t)) continue;
+      const int64_t j = tfcomp::sparse::HashSlot(hash, i, capacity);
+      CHECK(indices[j] >= i) << what << ": selected index " << i << " lost to " << indices[j]
+                             << " in slot " << j;
+    }
+  }
+  run.indices.assign(indices.begin(), indices.end());
+  run.ok = true;
+  return run;
+}
+
+// g: random magnitudes in [2^-5, 2^3), some exactly +-2 (at the "some"
+// threshold), g[0] = 12 the largest, and with specials NaN, -NaN, +-inf at
+// every seventh element.
+template <typename Tr>
+std::vector<typename Tr::S> MakeG(int64_t n, bool specials, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  const double inf = std::numeric_limits<double>::infinity();
+  const S special[] = {Tr::FromDouble(NAN), Tr::FromDouble(inf), Tr::FromDouble(-inf),
+                       Tr::FromDouble(-NAN)};
+  std::vector<S> g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (specials && i % 7 == 3) {
+      g[i] = special[(i / 7) % 4];
+    } else if (i % 11 == 5) {
+      g[i] = Tr::FromDouble(i % 2 ? 2.0 : -2.0);
+    } else {
+      g[i] = RandomValue<Tr>(rng);
+    }
+  }
+  if (n > 0) g[0] = Tr::FromDouble(12.0);
+  return g;
+}
+
+struct Threshold {
+  const char* name;
+  double value;
+};
+const Threshold kThresholds[] = {
+    {"none", 16},     // above every finite |g|
+    {"some", 2},      // about a third, and the elements equal to 2
+    {"all", 0},       // every element, zeros included
+    {"only g[0]", 12},  // of the finite elements, only element 0
+    {"inf", std::numeric_limits<double>::infinity()},  // only +-inf and NaN
+};
+
+const int64_t kSeeds[][2] = {{1, 2}, {-1, std::numeric_limits<int64_t>::min()}, {0, 0}};
+
+template <typename Tr, typename Ix>
+void TestSelect(SparseGraph& graph, int64_t n, int64_t capacity, std::mt19937_64& rng) {
+  for (bool specials : {false, true}) {
+    const auto g = MakeG<Tr>(n, specials, rng);
+    for (const Threshold& th : kThresholds) {
+      for (const auto& seed : kSeeds) {
+        const std::string what = std::string(specials ? "nan/inf, " : "") + "threshold " +
+                                 th.name + ", seed (" + std::to_string(seed[0]) + ", " +
+                                 std::to_string(seed[1]) + ")";
+        const SelectRun run = CheckSelect<Tr, Ix>(graph, g, {n}, Tr::FromDouble(th.value),
+                                                  capacity, seed[0], seed[1], what);
+        if (!run.ok || capacity == 0) continue;
+        // Spelled out for the thresholds with an obvious answer.
+        const int64_t valid = std::count_if(run.indices.begin(), run.indices.end(),
+                                            [](int64_t i) { return i >= 0; });
+        const auto hash = tfcomp::sparse::HashFromSeed(seed[0], seed[1]);
+        if (!specials && (th.value == 16 || std::isinf(th.value))) {
+          CHECK(valid == 0) << what << ": " << valid << " selected, none expected";
+        }
+        if (!specials && th.value == 12 && n > 0) {
+          CHECK(valid == 1) << what << ": " << valid << " selected, only element 0 expected";
+          CHECK(run.indices[tfcomp::sparse::HashSlot(hash, 0, capacity)] == 0)
+              << what << ": element 0 missing from its slot";
+        }
+        if (th.value == 0 && n > 0) {  // every slot some index hashes to is filled
+          std::set<int64_t> slots;
+          for (int64_t i = 0; i < n; ++i) slots.insert(tfcomp::sparse::HashSlot(hash, i, capacity));
+          CHECK(valid == static_cast<int64_t>(slots.size()))
+              << what << ": " << valid << " filled slots, " << slots.size() << " hit";
+          // n - 1 is selected and the largest: it always wins its slot.
+          CHECK(run.indices[tfcomp::sparse::HashSlot(hash, n - 1, capacity)] == n - 1) << what;
+        }
+      }
+    }
+  }
+}
+
+template <typename Tr>
+void TestSelectShapes(SparseGraph& graph, std::mt19937_64& rng) {
+  // g of any shape is flattened; a scalar g is one element.
+  const auto g = MakeG<Tr>(33, true, rng);
+  CheckSelect<Tr, Int64Index>(graph, g, {3, 11}, Tr::FromDouble(2), 7, 5, 6, "g [3, 11]");
+  CheckSelect<Tr, Int32Index>(graph, g, {3, 1, 11}, Tr::FromDouble(0), 1024, 5, 6,
+                              "g [3, 1, 11]");
+  const auto one = MakeG<Tr>(1, false, rng);
+  CheckSelect<Tr, Int32Index>(graph, one, {}, Tr::FromDouble(1), 7, 5, 6, "scalar g");
+  // A negative threshold selects everything, as 0 does.
+  CheckSelect<Tr, Int32Index>(graph, g, {33}, Tr::FromDouble(-1), 7, 5, 6, "threshold -1");
+}
+
+// ---- SparseDecode --------------------------------------------------------------
+
+// out = zeros(n); out[idx[j]] += values[j] for idx[j] >= 0, j in order, with
+// the dtype's own addition.
+template <typename Tr>
+std::vector<typename Tr::S> RefDecode(const std::vector<typename Tr::S>& values,
+                                      const std::vector<int64_t>& indices, int64_t n) {
+  std::vector<typename Tr::S> dense(n, Tr::FromDouble(0));
+  for (size_t j = 0; j < indices.size(); ++j) {
+    if (indices[j] >= 0) dense[indices[j]] = Tr::Add(dense[indices[j]], values[j]);
+  }
+  return dense;
+}
+
+// K lists of `length` entries, concatenated: about a fifth empty (-1, with a
+// value that must not be added: NaN or big), the rest drawn from a small pool
+// of positions (duplicates within and across lists) with values mixing
+// +-big and small ones, so that the order of the additions shows; with K >= 4
+// the lists add +inf and -inf at one position (NaN).
+template <typename Tr, typename Ix>
+void CheckDecode(SparseGraph& graph, int64_t n, int k, int64_t length, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  using I = typename Ix::I;
+  std::vector<int64_t> pool;
+  for (int64_t p = 0; p < std::min<int64_t>(n, 41); ++p) {
+    pool.push_back(p < 2 ? p * (n - 1) : static_cast<int64_t>(rng() % n));  // 0, n-1, random
+  }
+  std::vector<S> values;
+  std::vector<int64_t> indices;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int list = 0; list < k; ++list) {
+    for (int64_t e = 0; e < length; ++e) {
+      if (pool.empty() || rng() % 5 == 0) {
+        indices.push_back(-1);
+        values.push_back(Tr::FromDouble(rng() % 2 ? NAN : Tr::kBig));
+        continue;
+      }
+      indices.push_back(pool[rng() % pool.size()]);
+      const uint64_t kind = rng() % 4;
+      values.push_back(kind == 0 ? Tr::FromDouble(Tr::kBig)
+                                 : kind == 1 ? Tr::FromDouble(-Tr::kBig) : RandomValue<Tr>(rng));
+    }
+    if (k >= 4 && list >= 2 && !pool.empty() && length > 0) {
+      indices.push_back(pool.back());
+      values.push_back(Tr::FromDouble(list == 2 ? inf : -inf));
+    }
+  }
+  const std::vector<I> typed_indices(indices.begin(), indices.end());
+  const int64_t count = static_cast<int64_t>(indices.size());
+
+  std::vector<Tensor> out;
+  std::vector<std::pair<TF_Output, Tensor>> feeds;
+  feeds.emplace_back(graph.decode_values, MakeTensor(Tr::kType, {count}, values));
+  feeds.emplace_back(graph.decode_indices.at(Ix::kType),
+                     MakeTensor(Ix::kType, {count}, typed_indices));
+  feeds.emplace_back(graph.decode_n, Scalar64(n));
+  const Status s = graph.Run(std::move(feeds), {graph.decode_out.at(Ix::kType)}, &out);
+  CHECK(s.ok()) << "K=" << k << ": " << s.message;
+  if (!s.ok()) return;
+
+  CHECK(Shape(out[0]) == std::vector<int64_t>{n}) << "K=" << k << ": dense shape";
+  const std::vector<S> dense = Values<S>(out[0]);
+  const std::vector<S> ref = RefDecode<Tr>(values, indices, n);
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(dense.size()); ++i) {
+    const double want = Tr::ToDouble(ref[i]);
+    if (std::isnan(want)) {
+      CHECK(std::isnan(Tr::ToDouble(dense[i]))) << "K=" << k << ": element " << i << " is "
+                                                << Tr::ToDouble(dense[i]) << ", not NaN";
+    } else {
+      CHECK(Bits(dense[i]) == Bits(ref[i]))
+          << "K=" << k << ": element " << i << " is " << Tr::ToDouble(dense[i])
+          << " (bits 0x" << std::hex << Bits(dense[i]) << "), the reference " << std::dec << want
+          << " (bits 0x" << std::hex << Bits(ref[i]) << ")";
+    }
+  }
+}
+
+// ---- Per dtype -----------------------------------------------------------------
+
+template <typename Tr, typename Ix>
+void TestDtypeIndex(SparseGraph& graph, std::mt19937_64& rng) {
+  const std::string prefix = std::string(Tr::kName) + "/" + Ix::kName;
+  for (int64_t n : kSizes) {
+    for (int64_t capacity : kCapacities) {
+      Case("select/" + prefix + "/n=" + std::to_string(n) + "/capacity=" +
+               std::to_string(capacity),
+           [&] { TestSelect<Tr, Ix>(graph, n, capacity, rng); });
+    }
+    Case("decode/" + prefix + "/n=" + std::to_string(n), [&] {
+      for (int k = 1; k <= 5; ++k) CheckDecode<Tr, Ix>(graph, n, k, 1024, rng);
+      CheckDecode<Tr, Ix>(graph, n, 3, 0, rng);  // empty lists
+    });
+  }
+  Case("decode/" + prefix + "/round trip", [&] {
+    // Decoding one HashSelect output gives g at the selected indices, 0 elsewhere.
+    const int64_t n = 5000, capacity = 1024;
+    const auto g = MakeG<Tr>(n, false, rng);
+    const SelectRun run = CheckSelect<Tr, Ix>(graph, g, {n}, Tr::FromDouble(2), capacity, 9, 9,
+                                              "round trip");
+    if (!run.ok) return;
+    std::vector<typename Tr::S> values(capacity);
+    for (int64_t j = 0; j < capacity; ++j) {
+      values[j] = run.indices[j] >= 0 ? g[run.indices[j]] : Tr::FromDouble(0);
+    }
+    const std::vector<typename Ix::I> idx(run.indices.begin(), run.indices.end());
+    std::vector<Tensor> out;
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.decode_values, MakeTensor(Tr::kType, {capacity}, values));
+    feeds.emplace_back(graph.decode_indices.at(Ix::kType), MakeTensor(Ix::kType, {capacity}, idx));
+    feeds.emplace_back(graph.decode_n, Scalar64(n));
+    const Status s = graph.Run(std::move(feeds), {graph.decode_out.at(Ix::kType)}, &out);
+    CHECK(s.ok()) << s.message;
+    if (!s.ok()) return;
+    const auto dense = Values<typename Tr::S>(out[0]);
+    std::vector<bool> kept(n, false);
+    for (int64_t i : run.indices) {
+      if (i >= 0) kept[i] = true;
+    }
+    for (int64_t i = 0; i < n && i < static_cast<int64_t>(dense.size()); ++i) {
+      const uint64_t want = kept[i] ? Bits(g[i]) : 0;
+      CHECK(Bits(dense[i]) == want) << "element " << i << (kept[i] ? " (kept)" : "");
+    }
+  });
+}
+
+template <typename Tr>
+void TestDtype() {
+  SparseGraph graph(Tr::kType);
+  std::mt19937_64 rng(42);
+  TestDtypeIndex<Tr, Int32Index>(graph, rng);
+  TestDtypeIndex<Tr, Int64Index>(graph, rng);
+  Case(std::string("select/") + Tr::kName + "/shapes", [&] { TestSelectShapes<Tr>(graph, rng); });
+}
+
+// ---- Errors --------------------------------------------------------------------
+
+void CheckError(const Status& s, const std::string& needle) {
+  CHECK(s.code == TF_INVALID_ARGUMENT) << "code " << s.code << " (" << s.message << ")";
+  CHECK(s.message.find(needle) != std::string::npos)
+      << "message \"" << s.message << "\" does not name \"" << needle << "\"";
+}
+
+void TestErrors() {
+  SparseGraph graph(TF_FLOAT);
+  std::vector<Tensor> out;
+  auto select = [&](std::vector<int64_t> threshold_dims, std::vector<int64_t> seed_dims) {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.g, MakeTensor<float>(TF_FLOAT, {4}, {1, -3, 0.5, 2}));
+    int64_t threshold_count = 1, seed_count = 1;
+    for (int64_t d : threshold_dims) threshold_count *= d;
+    for (int64_t d : seed_dims) seed_count *= d;
+    feeds.emplace_back(graph.threshold, MakeTensor(TF_FLOAT, threshold_dims,
+                                                   std::vector<float>(threshold_count, 1.f)));
+    feeds.emplace_back(graph.seed,
+                       MakeTensor(TF_INT64, seed_dims, std::vector<int64_t>(seed_count, 3)));
+    const SparseGraph::Select& op = graph.select.at({7, TF_INT64});
+    return graph.Run(std::move(feeds), {op.values, op.indices}, &out);
+  };
+  auto decode = [&](TF_DataType index_type, int64_t value_count, std::vector<int64_t> indices,
+                    int64_t n) {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.decode_values,
+                       MakeTensor(TF_FLOAT, {value_count}, std::vector<float>(value_count, 1.f)));
+    const int64_t count = static_cast<int64_t>(indices.size());
+    if (index_type == TF_INT32) {
+      feeds.emplace_back(
+          graph.decode_indices.at(TF_INT32),
+          MakeTensor(TF_INT32, {count}, std::vector<int32_t>(indices.begin(), indices.end())));
+    } else {
+      feeds.emplace_back(graph.decode_indices.at(TF_INT64), MakeTensor(TF_INT64, {count}, indices));
+    }
+    feeds.emplace_back(graph.decode_n, Scalar64(n));
+    return graph.Run(std::move(feeds), {graph.decode_out.at(index_type)}, &out);
+  };
+
+  for (TF_DataType index_type : {TF_INT32, TF_INT64}) {
+    const std::string suffix = index_type == TF_INT32 ? " (int32)" : " (int64)";
+    Case("errors/decode index n" + suffix, [&] {
+      CheckError(decode(index_type, 4, {0, 9, 10, -1}, 10), "indices[2] = 10 is outside [0, n = 10)");
+    });
+    Case("errors/decode index -2" + suffix, [&] {
+      CheckError(decode(index_type, 3, {0, -2, 1}, 10), "indices[1] = -2 is outside");
+    });
+    Case("errors/decode index 0 with n = 0" + suffix, [&] {
+      CheckError(decode(index_type, 2, {-1, 0}, 0), "indices[1] = 0 is outside [0, n = 0)");
+    });
+    Case("errors/decode values and indices lengths" + suffix, [&] {
+      CheckError(decode(index_type, 3, {0, 1, 2, 3}, 10),
+                 "values and indices must be vectors of one length");
+      CheckError(decode(index_type, 5, {0, 1, 2, 3}, 10),
+                 "values and indices must be vectors of one length");
+    });
+    Case("errors/decode n < 0" + suffix,
+         [&] { CheckError(decode(index_type, 2, {-1, -1}, -1), "n must be >= 0"); });
+    Case("errors/decode edges are fine" + suffix, [&] {
+      Status s = decode(index_type, 3, {-1, 9, 0}, 10);
+      CHECK(s.ok()) << s.message;
+      s = decode(index_type, 2, {-1, -1}, 0);  // n = 0: only empty slots
+      CHECK(s.ok()) << s.message;
+      s = decode(index_type, 0, {}, 0);
+      CHECK(s.ok()) << s.message;
+    });
+  }
+  Case("errors/decode values rank 2", [&] {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.decode_values, MakeTensor<float>(TF_FLOAT, {2, 1}, {1, 2}));
+    feeds.emplace_back(graph.decode_indices.at(TF_INT32), MakeTensor<int32_t>(TF_INT32, {2}, {0, 1}));
+    feeds.emplace_back(graph.decode_n, Scalar64(4));
+    CheckError(graph.Run(std::move(feeds), {graph.decode_out.at(TF_INT32)}, &out),
+               "values and indices must be vectors");
+  });
+  Case("errors/select threshold not scalar", [&] {
+    CheckError(select({1}, {2}), "threshold must be a scalar");
+    CheckError(select({2}, {2}), "threshold must be a scalar");
+  });
+  Case("errors/select seed shape", [&] {
+    for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{}, {1}, {3}, {2, 1}, {1, 2}}) {
+      CheckError(select({}, dims), "seed must be an int64 vector of 2 elements");
+    }
+  });
+  Case("errors/select edges are fine", [&] {
+    const Status s = select({}, {2});
+    CHECK(s.ok()) << s.message;
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* env_path = std::getenv("TFCOMP_OPS_LIB");
+  std::string path = argc > 1 ? argv[1] : (env_path ? env_path : "");
+  if (path.empty()) {
+    std::fprintf(stderr, "usage: %s path/to/_tfcomp_ops.so (or set TFCOMP_OPS_LIB)\n", argv[0]);
+    return 2;
+  }
+  if (path.find('/') == std::string::npos) path = "./" + path;  // dlopen would search the lib path
+
+  TF_Status* s = TF_NewStatus();
+  TF_LoadLibrary(path.c_str(), s);  // the handle stays loaded for the process
+  if (TF_GetCode(s) != TF_OK) {
+    std::fprintf(stderr, "TF_LoadLibrary(%s): %s\n", path.c_str(), TF_Message(s));
+    return 2;
+  }
+  TF_DeleteStatus(s);
+
+  Case("reference conversions", [] {
+    // The test's own float -> half and float -> bfloat16 rounding.
+    CHECK(HalfFromFloat(1.0f) == 0x3c00);
+    CHECK(HalfFromFloat(-2.0f) == 0xc000);
+    CHECK(HalfFromFloat(65504.0f) == 0x7bff);
+    CHECK(HalfFromFloat(65520.0f) == 0x7c00);
+    CHECK(HalfFromFloat(1.0f + 1.0f / 2048) == 0x3c00);  // tie to even
+    CHECK(HalfFromFloat(1.0f + 3.0f / 2048) == 0x3c02);  // tie to even, up
+    CHECK(HalfFromFloat(2047.0f / 1024) == 0x3fff);
+    CHECK(HalfFromFloat(4095.0f / 2048) == 0x4000);  // carries into the exponent
+    CHECK(HalfFromFloat(std::ldexp(1.0f, -24)) == 0x0001);
+    CHECK(HalfFromFloat(std::ldexp(1.0f, -14)) == 0x0400);
+    CHECK(HalfFromFloat(std::ldexp(1023.0f, -24)) == 0x03ff);
+    CHECK(HalfFromFloat(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even (0)
+    for (uint32_t h = 0; h < 0x7c00; ++h) {
+      CHECK(HalfFromFloat(static_cast<float>(Half::ToDouble(h))) == h) << std::hex << h;
+    }
+    CHECK(BFloat16FromFloat(1.0f) == 0x3f80);
+    CHECK(BFloat16FromFloat(1.0f + 1.0f / 256) == 0x3f80);  // tie to even
+    CHECK(BFloat16FromFloat(1.0f + 3.0f / 256) == 0x3f82);
+  });
+  TestDtype<Float>();
+  TestDtype<Double>();
+  TestDtype<Half>();
+  TestDtype<BFloat16>();
+  TestErrors();
+  return tfcomp::testing::Summary();
+}

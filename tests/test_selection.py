@@ -1,0 +1,122 @@
+"""Efficiency-aware tensor selection (DRAGONN Eq. 1) and dense warm-up."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfcomp
+from tfcomp.compressors import Collective, Compressor, PayloadSpec
+from tfcomp.exchange import Exchange
+from tfcomp.selection import (CompressionProfile, EfficiencyAwareSelection, Network, compressed_seconds,
+                              dense_seconds)
+from tfcomp.testing import Emulator
+
+NET = Network(bandwidth_gbps=8.0, latency_us=100.0)  # 1e9 bytes/s, 1e-4 s
+
+
+class Gathered(Compressor):
+    """A stand-in compressor that allgathers gamma of the dense bytes."""
+
+    def __init__(self, gamma):
+        self.gamma = gamma
+
+    def payload_specs(self, shape, dtype):
+        nbytes = int(self.gamma * tf.TensorShape(shape).num_elements() * tf.as_dtype(dtype).size)
+        return [[PayloadSpec((nbytes,), tf.uint8, Collective.ALLGATHER)]]
+
+
+def test_ring_allreduce_and_allgather_costs():
+    assert NET.collective_seconds(Collective.ALLREDUCE, 1e6, 4) == pytest.approx(2 * 3 * (1e-4 + 1e6 / 4e9))
+    assert NET.collective_seconds(Collective.ALLGATHER, 1e6, 4) == pytest.approx(3 * (1e-4 + 1e6 / 1e9))
+    assert NET.collective_seconds(Collective.ALLREDUCE, 1e6, 1) == 0.0
+
+
+@pytest.mark.parametrize("k", [2, 4, 16])
+@pytest.mark.parametrize("gamma", [0.001, 0.01, 0.25])
+def test_saving_has_the_2_over_k_form(k, gamma):
+    """T_full - T_spr = (K-1)(alpha + (2/K - gamma) dA/B): the paper prints 1/K."""
+    shape, d_a = (1000, 250), 1000 * 250 * 4
+    saved = dense_seconds(shape, tf.float32, k, NET) - compressed_seconds(Gathered(gamma), shape, tf.float32, k, NET)
+    assert saved == pytest.approx((k - 1) * (1e-4 + (2 / k - gamma) * d_a / 1e9), rel=1e-6)
+
+
+# Compression costs a fixed overhead (op launches) plus a pass over the tensor.
+PROFILE = CompressionProfile([1024, 1 << 22], [5e-4, 4e-3])
+
+
+def test_selection_follows_size_bandwidth_and_compression_time():
+    """Compress iff T_comp(d) < T_full(d) - T_spr(d) (the saving is >= (K-1) alpha)."""
+    compressor = Gathered(0.002)
+    selection = EfficiencyAwareSelection(NET)
+    selection.set_profile(compressor, PROFILE)
+    assert not selection.worth_compressing(compressor, (32, 32), tf.float32, 2)  # saves ~1e-4 s, costs 5e-4
+    assert selection.worth_compressing(compressor, (32, 32), tf.float32, 16)  # 15 latencies saved
+    assert selection.worth_compressing(compressor, (2048, 2048), tf.float32, 2)  # 16 MB over 8 Gbit/s
+    fast_net = EfficiencyAwareSelection(Network(bandwidth_gbps=400.0, latency_us=1.0))
+    fast_net.set_profile(compressor, PROFILE)
+    assert not fast_net.worth_compressing(compressor, (2048, 2048), tf.float32, 2)
+    slow = EfficiencyAwareSelection(NET)
+    slow.set_profile(compressor, CompressionProfile([1024, 1 << 22], [1.0, 1.0]))
+    assert not slow.worth_compressing(compressor, (2048, 2048), tf.float32, 2)
+
+
+def test_profile_interpolates_log_log_and_extrapolates_linearly():
+    profile = CompressionProfile([100, 10000], [1e-4, 1e-2])
+    assert profile.time(50) == 1e-4
+    assert profile.time(1000) == pytest.approx(1e-3)
+    assert profile.time(20000) == pytest.approx(2e-2)
+
+
+def test_profile_is_measured_and_cached(tmp_path):
+    compressor = tfcomp.DRAGONN(ratio=0.01)
+    measured = CompressionProfile.measure(compressor, sizes=(4096, 65536), runs=3)
+    assert all(s > 0 for s in measured.seconds)
+    first = CompressionProfile.cached(compressor, cache_dir=tmp_path)
+    files = list((tmp_path / "profiles").glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["seconds"] == first.seconds
+    assert CompressionProfile.cached(compressor, cache_dir=tmp_path).seconds == first.seconds
+
+
+def test_exchange_turns_selection_on_for_sparsifiers_only():
+    assert isinstance(Exchange(tfcomp.DRAGONN).selection, EfficiencyAwareSelection)
+    assert Exchange(tfcomp.DRAGONN, selection=False).selection is None
+    assert Exchange(tfcomp.SignSGD).selection is None
+
+
+def test_exchange_sends_unprofitable_tensors_dense():
+    compressor = tfcomp.DRAGONN(ratio=0.001)
+    selection = EfficiencyAwareSelection(NET)
+    selection.set_profile(compressor, PROFILE)
+    ex = Exchange(compressor, selection=selection, min_compress_elements=1)
+    assert isinstance(ex.plan((16, 16), tf.float32, 2), tfcomp.NoCompression)
+    assert ex.plan((4096, 1024), tf.float32, 2) is compressor
+
+
+def test_warmup_sends_dense_then_compresses():
+    k = 2
+    emu = Emulator(k, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1, selection=False, warmup_steps=2)
+    rng = np.random.default_rng(0)
+    for step in range(3):
+        grads = [[tf.constant(rng.standard_normal((64, 64)).astype(np.float32))] for _ in range(k)]
+        out = emu.step(grads, ["w"])[0][0].numpy()
+        mean = np.mean([g[0].numpy() for g in grads], axis=0)
+        if step < 2:
+            np.testing.assert_allclose(out, mean, rtol=1e-6)
+        else:
+            assert np.count_nonzero(out) < 0.05 * out.size
+    assert [kind for kind, _ in emu.traffic] == ["allreduce", "allreduce", "allgather"]
+    assert int(emu.states[0].step.numpy()) == 3
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0"),
+])
+def test_bad_warmup_is_rejected(options, message):
+    with pytest.raises(ValueError, match=message):
+        Exchange(tfcomp.DRAGONN, **options)
+
+
+def test_bad_network_is_rejected():
+    with pytest.raises(ValueError, match="bandwidth_gbps > 0"):
+        Network(bandwidth_gbps=0)

@@ -1,0 +1,170 @@
+"""Efficiency-aware tensor selection (DRAGONN, Eq. 1): compress a tensor only
+when compressing it costs less time than it saves on the network.
+
+With K workers, one-way latency alpha and bandwidth B, a dense ring allreduce
+of b bytes takes 2(K-1)(alpha + b/(K B)) and an allgather of b bytes per
+worker (K-1)(alpha + b/B). The paper prints the saving of an allgathered
+compressed tensor as (K-1)(alpha + (1/K - gamma) dA/B); its two cost formulas
+give 2/K, not 1/K, and this module uses the formulas themselves. The
+compression time (encode and decode) is measured once per compressor over a
+range of sizes on this machine (cached on disk) and interpolated.
+"""
+import bisect
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfcomp.compressors.base import Collective
+
+PROFILE_SIZES = tuple(4**e for e in range(5, 12))  # 1 Ki to 4 Mi elements
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """The link between workers: bandwidth in Gbit/s, one-way latency in microseconds."""
+    bandwidth_gbps: float = 10.0
+    latency_us: float = 50.0
+
+    def __post_init__(self):
+        if self.bandwidth_gbps <= 0 or self.latency_us < 0:
+            raise ValueError(f"need bandwidth_gbps > 0 and latency_us >= 0, got {self}")
+
+    def collective_seconds(self, kind, nbytes, num_workers):
+        """One collective of nbytes per worker (ring allreduce, or allgather)."""
+        k, alpha, bandwidth = num_workers, self.latency_us * 1e-6, self.bandwidth_gbps * 1e9 / 8
+        if k <= 1:
+            return 0.0
+        if kind is Collective.ALLREDUCE:
+            return 2 * (k - 1) * (alpha + nbytes / (k * bandwidth))
+        return (k - 1) * (alpha + nbytes / bandwidth)
+
+
+def dense_seconds(shape, dtype, num_workers, network):
+    nbytes = tf.TensorShape(shape).num_elements() * tf.as_dtype(dtype).size
+    return network.collective_seconds(Collective.ALLREDUCE, nbytes, num_workers)
+
+
+def compressed_seconds(compressor, shape, dtype, num_workers, network):
+    """Network time of the compressor's payloads: each round's payloads, per collective."""
+    total = 0.0
+    for specs in compressor.payload_specs(shape, dtype):
+        by_kind = {}
+        for spec in specs:
+            by_kind[spec.collective] = by_kind.get(spec.collective, 0) + spec.nbytes
+        total += sum(network.collective_seconds(kind, nbytes, num_workers) for kind, nbytes in by_kind.items())
+    return total
+
+
+class CompressionProfile:
+    """Encode + decode seconds of one compressor as a function of tensor size."""
+
+    def __init__(self, sizes, seconds):
+        if len(sizes) != len(seconds) or not sizes:
+            raise ValueError("a profile needs one time per size")
+        self.sizes = list(sizes)
+        self.seconds = [float(s) for s in seconds]
+
+    def time(self, num_elements):
+        """Interpolated linearly in log-log between measured sizes, linear in size beyond."""
+        sizes, seconds = self.sizes, self.seconds
+        if num_elements <= sizes[0]:
+            return seconds[0]
+        if num_elements >= sizes[-1]:
+            return seconds[-1] * num_elements / sizes[-1]
+        i = bisect.bisect_right(sizes, num_elements)
+        x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
+        y0, y1 = math.log(max(seconds[i - 1], 1e-9)), math.log(max(seconds[i], 1e-9))
+        return math.exp(y0 + (y1 - y0) * (math.log(num_elements) - x0) / (x1 - x0))
+
+    @classmethod
+    def measure(cls, compressor, sizes=PROFILE_SIZES, runs=5):
+        """Times compress + finish on this machine (one worker, eagerly), median of runs."""
+        from tfcomp.state import CompressionState
+        from tfcomp.compressors.base import TensorContext
+        seconds = []
+        for n in sizes:
+            grad = tf.constant(np.random.default_rng(n).standard_normal((n // 64, 64)).astype(np.float32))
+            state = CompressionState(name="profile")
+            variables = state.tensor_state("g", compressor.state_specs(grad.shape, grad.dtype))
+            ctx = TensorContext("profile", 1, tf.constant(0, tf.int64))
+
+            @tf.function
+            def encode_decode(g):
+                rnd = compressor.compress(g, variables, ctx)
+                while True:
+                    out = rnd.finish([_as_gathered(p) for p in rnd.payloads])
+                    if not hasattr(out, "payloads"):
+                        return out
+                    rnd = out
+
+            encode_decode(grad)
+            samples = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                encode_decode(grad).numpy()
+                samples.append(time.perf_counter() - start)
+            seconds.append(statistics.median(samples))
+        return cls(sizes, seconds)
+
+    @classmethod
+    def cached(cls, compressor, cache_dir=None):
+        """measure(), kept on disk per compressor configuration, TensorFlow and CPU."""
+        key = json.dumps({"compressor": compressor.config(), "tf": tf.__version__,
+                          "cpu": platform.processor() or platform.machine(), "sizes": PROFILE_SIZES},
+                         sort_keys=True, default=str)
+        cache_dir = pathlib.Path(cache_dir or os.environ.get("TFCOMP_CACHE_DIR",
+                                                             pathlib.Path.home() / ".cache" / "tfcomp"))
+        path = cache_dir / "profiles" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            return cls(data["sizes"], data["seconds"])
+        profile = cls.measure(compressor)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": key, "sizes": profile.sizes, "seconds": profile.seconds}))
+        return profile
+
+
+def _as_gathered(payload):
+    """A one-worker collective's result for this payload."""
+    if payload.collective is Collective.ALLGATHER:
+        return payload.tensor[None]
+    return payload.tensor
+
+
+class EfficiencyAwareSelection:
+    """Compresses a tensor iff its compression time < dense time - compressed time on the network."""
+
+    def __init__(self, network=None, profiles=None):
+        self.network = network or Network()
+        self._profiles = dict(profiles or {})
+
+    def profile(self, compressor):
+        key = json.dumps(compressor.config(), sort_keys=True, default=str)
+        if key not in self._profiles:
+            with tf.init_scope():  # measured eagerly even when asked while a step is traced
+                self._profiles[key] = CompressionProfile.cached(compressor)
+        return self._profiles[key]
+
+    def set_profile(self, compressor, profile):
+        self._profiles[json.dumps(compressor.config(), sort_keys=True, default=str)] = profile
+
+    def saving_seconds(self, compressor, shape, dtype, num_workers):
+        """Network time saved minus compression time (positive: compress)."""
+        saved = (dense_seconds(shape, dtype, num_workers, self.network)
+                 - compressed_seconds(compressor, shape, dtype, num_workers, self.network))
+        return saved - self.profile(compressor).time(tf.TensorShape(shape).num_elements())
+
+    def worth_compressing(self, compressor, shape, dtype, num_workers):
+        return self.saving_seconds(compressor, shape, dtype, num_workers) > 0
+
+    def config(self):
+        return {"bandwidth_gbps": self.network.bandwidth_gbps, "latency_us": self.network.latency_us}
