@@ -19,7 +19,7 @@ def hash_from_seed(seed0, seed1):
 
 
 def hash_slot(a, b, i, m):
-    return ((a * int(i) + b) % P61) % m
+    return (((a * int(i) + b) % P61) * m) >> 61
 
 
 def hash_select(g, threshold, seed, capacity):
@@ -45,3 +45,27 @@ def sparse_decode(values, indices, n):
         if i >= 0:
             dense[i] += v
     return dense
+
+
+SAMPLE_RUN = 256
+
+
+def sample_positions(seed, num_samples, n):
+    """Where ops.sampled_threshold samples a tensor of n > num_samples elements."""
+    a, b = hash_from_seed(*seed)
+    runs = -(-num_samples // SAMPLE_RUN)
+    stratum = n // runs
+    span = stratum - SAMPLE_RUN if stratum > SAMPLE_RUN else 0
+    starts = [run * stratum + hash_slot(a, b, run, span + 1) for run in range(runs)]
+    positions = np.array([starts[s // SAMPLE_RUN] + s % SAMPLE_RUN for s in range(num_samples)])
+    return np.minimum(positions, n - 1)
+
+
+def sampled_threshold(g, seed, num_samples, k):
+    flat = g.reshape(-1)
+    if flat.size == 0:
+        return np.zeros((), g.dtype)
+    sample = flat if flat.size <= num_samples else flat[sample_positions(seed, num_samples, flat.size)]
+    magnitude = np.abs(sample.astype(np.float64 if g.dtype == np.float64 else np.float32))
+    magnitude[np.isnan(magnitude)] = np.inf
+    return np.sort(magnitude)[::-1][min(k, magnitude.size) - 1].astype(g.dtype)

@@ -91,6 +91,38 @@ def test_large_tensor_and_int64_indices():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n, num_samples, k", [
+    (0, 10, 1), (1, 10, 1), (1000, 1, 1), (1000, 7, 3), (1000, 1000, 10), (1000, 5000, 5000),
+    (100003, 512, 1), (100003, 1000, 17), (100003, 4096, 4096), ((1 << 20) + 3, 10486, 105)])
+@pytest.mark.parametrize("specials", [False, True], ids=["finite", "nan_inf"])
+def test_sampled_threshold_matches_reference(n, num_samples, k, dtype, specials):
+    g = gradient(n, dtype, seed=n + 1, specials=specials)
+    got = ops.sampled_threshold(g, (n, 3), num_samples, k)
+    assert got.dtype == dtype and got.shape == ()
+    expected = ref.sampled_threshold(g, (n, 3), num_samples, k)
+    assert got.numpy().tobytes() == np.asarray(expected).tobytes(), (got.numpy(), expected)
+
+
+def test_sampled_threshold_samples_runs_across_the_whole_tensor():
+    n, samples = 1 << 20, 10486
+    positions = ref.sample_positions((1, 2), samples, n)
+    assert positions.min() < n // 40 and positions.max() > n - n // 40
+    assert len(np.unique(positions // (n // 41))) == 41  # every stratum is visited
+
+
+def test_sampled_threshold_estimates_the_quantile():
+    """About ratio * n elements pass the estimated threshold (DGC's 1% sample)."""
+    g = gradient(1 << 22, tf.float32, seed=5)
+    for ratio in (0.001, 0.01):
+        samples = int(0.01 * g.size)
+        k = int(ratio * samples)
+        t = ops.sampled_threshold(g, (9, 9), samples, k).numpy()
+        passed = np.count_nonzero(np.abs(g) >= t)
+        # k sampled elements above the threshold: a relative error of about 1/sqrt(k)
+        assert abs(passed / (ratio * g.size) - 1) < 3 / np.sqrt(k), (ratio, passed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("k", [1, 2, 5, 16])
 def test_sparse_decode_is_the_sum_of_dense_decodes(k, dtype):
     n, m = 3000, 200
@@ -121,6 +153,11 @@ def test_sparse_decode_adds_duplicates_and_skips_empty_slots():
     (lambda: ops.hash_select(np.ones(4, np.float32), 1.0, (1, 2, 3), 2), "seed must be an int64 vector of 2"),
     (lambda: ops.hash_select(np.ones(4, np.float32), 1.0, (1, 2), -1), "capacity must be >= 0"),
     (lambda: ops.hash_select(np.ones(4, np.int32), 1, (1, 2), 2), "float16, bfloat16, float32, float64"),
+    (lambda: ops.sampled_threshold(np.ones(4, np.float32), (1, 2), 2, 3), "need 1 <= k <= num_samples"),
+    (lambda: ops.library().tfcomp_sampled_threshold(np.ones(4, np.float32), np.ones(3, np.int64),
+                                                     num_samples=2, k=1), "seed must be an int64 vector of 2"),
+    (lambda: ops.library().tfcomp_sampled_threshold(np.ones(4, np.float32), np.ones(2, np.int64),
+                                                     num_samples=2, k=3), "k = 3 is larger than num_samples = 2"),
 ])
 def test_bad_input_is_rejected_with_a_message(call, message):
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError, TypeError), match=message):

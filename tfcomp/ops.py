@@ -125,6 +125,18 @@ def hash_select(g, threshold, seed, capacity):
         Tindex=tf.int64 if n is None else index_dtype(n))
 
 
+def sampled_threshold(g, seed, num_samples, k):
+    """DGC's threshold estimate: the k-th largest |g| among num_samples elements of
+    g (flattened) sampled in contiguous runs at offsets drawn from seed (int64[2]);
+    NaN counts as +Inf; 0 for an empty g. A scalar of g's dtype."""
+    g = tf.convert_to_tensor(g)
+    _check_dtype(g.dtype, "sampled_threshold's input")
+    if not 1 <= k <= num_samples:
+        raise ValueError(f"need 1 <= k <= num_samples, got k={k}, num_samples={num_samples}")
+    return library().tfcomp_sampled_threshold(g, tf.cast(seed, tf.int64), num_samples=int(num_samples),
+                                              k=int(k))
+
+
 def sparse_decode(values, indices, n):
     """zeros(n) plus values scatter-added at indices, in order; index -1 is skipped."""
     values = tf.convert_to_tensor(values)
@@ -133,5 +145,5 @@ def sparse_decode(values, indices, n):
 
 
 for _op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority", "TfcompHashSelect",
-            "TfcompSparseDecode"):
+            "TfcompSampledThreshold", "TfcompSparseDecode"):
     tf.no_gradient(_op)

@@ -22,14 +22,13 @@ DEFAULT_RATIO = 0.001
 
 
 def estimate_threshold(values, k_fraction, seed, sample_fraction=0.01, min_samples=512):
-    """DGC's threshold: the k-th largest |value| of a uniform sample (with
-    replacement) of sample_fraction of the elements, at least min_samples."""
+    """DGC's threshold: the k-th largest |value| of a sample of sample_fraction of
+    the elements (at least min_samples), k = k_fraction of the sample
+    (ops.sampled_threshold: one pass over the sample, in contiguous runs)."""
     n = values.shape.num_elements()
-    samples = min(n, max(min_samples, math.ceil(sample_fraction * n)))
-    positions = tf.random.stateless_uniform([samples], seed, 0, n, dtype=tf.int64)
-    sample = tf.abs(tf.gather(values, positions))
+    samples = max(1, min(n, max(min_samples, math.ceil(sample_fraction * n))))
     k = max(1, min(samples, math.ceil(k_fraction * samples)))
-    return tf.reduce_min(tf.math.top_k(sample, k, sorted=False).values)
+    return ops.sampled_threshold(values, seed, samples, k)
 
 
 class Sparsifier(Compressor):

@@ -8,12 +8,14 @@
 // sequential pass in index order leaves ("the last writer wins") and what
 // atomic max gives on any number of threads, so every device and thread count
 // selects the same. NaN is selected so that a diverged gradient reaches the
-// optimizer instead of hiding in a residual (and a NaN threshold selects
-// everything). Each valid index is distinct and sits in its hash slot.
+// optimizer (a collision only delays it: it waits in the residual) instead of
+// hiding in a residual; a NaN threshold selects everything. Each valid index is distinct and sits in its hash slot.
 // Element 0 is an ordinary index.
 //
-// h is Carter-Wegman universal hashing, h(i) = ((a*i + b) mod p) mod m with
-// the Mersenne prime p = 2^61 - 1 and (a, b) drawn from a 64-bit seed.
+// h is Carter-Wegman universal hashing onto [0, m): x = (a*i + b) mod p with
+// the Mersenne prime p = 2^61 - 1 and (a, b) drawn from a 64-bit seed, then
+// h(i) = floor(x * m / 2^61), a multiply instead of a 64-bit division (which
+// costs more than the rest of the hash, and far more on a GPU).
 //
 // Sparse decode: out = zeros(n); out[idx] += value for every entry whose index
 // is >= 0 (empty slots, index -1, are skipped). Entries are added in list
@@ -22,6 +24,7 @@
 #define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CORE_H_
 
 #include <cstdint>
+#include <limits>
 
 #include "custom_ops/common/numeric.h"
 
@@ -71,8 +74,40 @@ TFCOMP_HOST_DEVICE inline int64_t HashSlot(HashParams h, uint64_t i, int64_t m) 
   const uint64_t lo = h.a * i;  // a * i < 2^61 * 2^63: fits in hi:lo
   const uint64_t hi = MulHi64(h.a, i);
   uint64_t x = ModMersenne61(hi, lo) + h.b;  // < 2^62
-  x = x >= kMersenne61 ? x - kMersenne61 : x;
-  return static_cast<int64_t>(x % static_cast<uint64_t>(m));
+  x = x >= kMersenne61 ? x - kMersenne61 : x;  // < 2^61
+  return static_cast<int64_t>(MulHi64(x << 3, static_cast<uint64_t>(m)));  // x * m / 2^61
+}
+
+// Threshold estimation (as DGC does it) samples num_samples elements in runs of
+// kSampleRun contiguous ones: run r starts at a hashed offset inside the r-th
+// of ceil(num_samples / kSampleRun) equal strata of the tensor. Runs keep the
+// read to a few kB per stratum instead of a cache miss per sample.
+constexpr int64_t kSampleRun = 256;
+
+TFCOMP_HOST_DEVICE inline int64_t NumSampleRuns(int64_t num_samples) {
+  return (num_samples + kSampleRun - 1) / kSampleRun;
+}
+
+// Where run `run` of a tensor of n > num_samples elements starts; its samples
+// are the kSampleRun elements from there (clipped to n - 1).
+TFCOMP_HOST_DEVICE inline int64_t SampleRunStart(HashParams h, int64_t run, int64_t num_samples,
+                                                 int64_t n) {
+  const int64_t stratum = n / NumSampleRuns(num_samples);
+  const int64_t span = stratum > kSampleRun ? stratum - kSampleRun : 0;
+  return run * stratum + HashSlot(h, static_cast<uint64_t>(run), span + 1);
+}
+
+// Position of sample s (0 <= s < num_samples) in a tensor of n > num_samples elements.
+TFCOMP_HOST_DEVICE inline int64_t SamplePosition(HashParams h, int64_t s, int64_t num_samples,
+                                                 int64_t n) {
+  const int64_t position = SampleRunStart(h, s / kSampleRun, num_samples, n) + s % kSampleRun;
+  return position < n ? position : n - 1;
+}
+
+// A sampled magnitude as the threshold's order sees it: NaN counts as +Inf.
+template <typename Acc>
+TFCOMP_HOST_DEVICE inline Acc SampleMagnitude(Acc abs_value) {
+  return abs_value == abs_value ? abs_value : std::numeric_limits<Acc>::infinity();
 }
 
 // Whether an element with magnitude |g| = abs_value is selected at threshold t.

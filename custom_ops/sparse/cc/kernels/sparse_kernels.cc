@@ -4,8 +4,10 @@
 #include "sparse_kernels.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -35,22 +37,37 @@ namespace {
 
 constexpr int64_t kSelectBlock = 1 << 14;  // elements per unit of sharded work
 
-// slot = max(slot, index), atomically: the largest index wins on any thread count.
-template <typename Index>
-inline void ClaimSlot(Index* slot, Index index) {
-  Index seen = __atomic_load_n(slot, __ATOMIC_RELAXED);
-  while (seen < index &&
-         !__atomic_compare_exchange_n(slot, &seen, index, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+// The slots being filled. A slot keeps the largest index that hashes to it, on
+// any thread count. One thread visits indices in ascending order, so it just
+// overwrites, value included (the value is in a register now; reading it back
+// later would miss the cache once per slot). Several threads settle the index
+// by atomic max and read the values afterwards.
+template <typename T, typename Index>
+struct Slots {
+  sparse::HashParams hash;
+  int64_t capacity;
+  Index* indices;
+  T* values;  // nullptr when several threads select
+  void Claim(int64_t i, T value) const {
+    const int64_t slot = sparse::HashSlot(hash, i, capacity);
+    const Index index = static_cast<Index>(i);
+    if (values != nullptr) {
+      indices[slot] = index;
+      values[slot] = value;
+      return;
+    }
+    Index seen = __atomic_load_n(indices + slot, __ATOMIC_RELAXED);
+    while (seen < index && !__atomic_compare_exchange_n(indices + slot, &seen, index, true,
+                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
   }
-}
+};
 
 template <typename T, typename Index>
 void SelectRangeGeneric(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                        sparse::HashParams hash, int64_t capacity, Index* indices) {
+                        const Slots<T, Index>& slots) {
   for (int64_t i = begin; i < end; ++i) {
-    if (sparse::Selected(AbsValue(g[i]), t)) {
-      ClaimSlot(indices + sparse::HashSlot(hash, i, capacity), static_cast<Index>(i));
-    }
+    if (sparse::Selected(AbsValue(g[i]), t)) slots.Claim(i, g[i]);
   }
 }
 
@@ -58,8 +75,7 @@ void SelectRangeGeneric(const T* g, int64_t begin, int64_t end, typename Accumul
 // float32 with AVX2: one compare per 8 elements; selected elements are rare.
 template <typename Index>
 __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_t begin, int64_t end,
-                                                          float t, sparse::HashParams hash,
-                                                          int64_t capacity, Index* indices) {
+                                                          float t, const Slots<float, Index>& slots) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 threshold = _mm256_set1_ps(t);
   int64_t i = begin;
@@ -70,24 +86,24 @@ __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_
         _mm256_movemask_ps(_mm256_cmp_ps(magnitude, threshold, _CMP_NLT_UQ)));
     while (mask != 0) {
       const int64_t index = i + __builtin_ctz(mask);
-      ClaimSlot(indices + sparse::HashSlot(hash, index, capacity), static_cast<Index>(index));
+      slots.Claim(index, g[index]);
       mask &= mask - 1;
     }
   }
-  SelectRangeGeneric(g, i, end, t, hash, capacity, indices);
+  SelectRangeGeneric(g, i, end, t, slots);
 }
 #endif
 
 template <typename T, typename Index>
 void SelectRange(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                 sparse::HashParams hash, int64_t capacity, Index* indices) {
+                 const Slots<T, Index>& slots) {
 #if TFCOMP_X86
   if constexpr (std::is_same_v<T, float>) {
     static const bool has_avx2 = __builtin_cpu_supports("avx2");
-    if (has_avx2) return SelectRangeFloatAvx2(g, begin, end, t, hash, capacity, indices);
+    if (has_avx2) return SelectRangeFloatAvx2(g, begin, end, t, slots);
   }
 #endif
-  SelectRangeGeneric(g, begin, end, t, hash, capacity, indices);
+  SelectRangeGeneric(g, begin, end, t, slots);
 }
 
 }  // namespace
@@ -100,13 +116,15 @@ struct HashSelect<CPUDevice, T, Index> {
                   sparse::HashParams hash, int64_t capacity, T* values, Index* indices) {
     const auto t = static_cast<typename Accumulator<T>::type>(*threshold);
     std::fill(indices, indices + capacity, static_cast<Index>(sparse::kEmptyIndex));
+    std::fill(values, values + capacity, T(0));
     const int64_t blocks = (n + kSelectBlock - 1) / kSelectBlock;
+    const bool threaded = ctx->device()->tensorflow_cpu_worker_threads()->num_threads > 1 && blocks > 1;
+    const Slots<T, Index> slots{hash, capacity, indices, threaded ? nullptr : values};
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
-      SelectRange(g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, hash, capacity,
-                  indices);
+      SelectRange(g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
     });
-    for (int64_t j = 0; j < capacity; ++j) {
-      values[j] = indices[j] >= 0 ? g[indices[j]] : T(0);
+    for (int64_t j = 0; threaded && j < capacity; ++j) {
+      if (indices[j] >= 0) values[j] = g[indices[j]];
     }
   }
 };
@@ -119,13 +137,88 @@ struct SparseDecode<CPUDevice, T, Index> {
       std::fill(dense + begin, dense + end, T(0));
     });
     // One thread, in order: duplicates sum in the same order on every worker.
+    // The targets are scattered over n, so fetch a few entries ahead.
+    constexpr int64_t kAhead = 16;
     for (int64_t j = 0; j < count; ++j) {
+      if (j + kAhead < count && indices[j + kAhead] >= 0) {
+        __builtin_prefetch(dense + indices[j + kAhead], 1);
+      }
       if (indices[j] >= 0) dense[indices[j]] += values[j];
     }
   }
 };
 
+template <typename T>
+struct SampledThreshold<CPUDevice, T> {
+  void operator()(OpKernelContext* ctx, const T* g, int64_t n, sparse::HashParams hash,
+                  int64_t num_samples, int64_t k, T* threshold) {
+    using Acc = typename Accumulator<T>::type;
+    const int64_t count = std::min(n, num_samples);
+    if (count == 0) {
+      *threshold = T(0);
+      return;
+    }
+    // The k largest so far, as a min-heap: most samples lose one comparison
+    // against its top, so the pass costs little more than reading the sample.
+    const size_t keep = static_cast<size_t>(std::min(k, count));
+    std::vector<Acc> heap;
+    heap.reserve(keep);
+    auto offer = [&](T x) {
+      const Acc v = sparse::SampleMagnitude(AbsValue(x));
+      if (heap.size() < keep) {
+        heap.push_back(v);
+        std::push_heap(heap.begin(), heap.end(), std::greater<Acc>());
+      } else if (v > heap.front()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<Acc>());
+        heap.back() = v;
+        std::push_heap(heap.begin(), heap.end(), std::greater<Acc>());
+      }
+    };
+    if (n <= num_samples) {
+      for (int64_t i = 0; i < n; ++i) offer(g[i]);
+    }
+    for (int64_t run = 0; n > num_samples && run < sparse::NumSampleRuns(num_samples); ++run) {
+      const int64_t start = sparse::SampleRunStart(hash, run, num_samples, n);
+      const int64_t length = std::min(sparse::kSampleRun, num_samples - run * sparse::kSampleRun);
+      const int64_t inside = std::min(length, n - start);  // positions past the end read g[n - 1]
+      for (int64_t j = 0; j < inside; ++j) offer(g[start + j]);
+      for (int64_t j = inside; j < length; ++j) offer(g[n - 1]);
+    }
+    *threshold = static_cast<T>(heap.front());
+  }
+};
+
 }  // namespace functor
+
+template <typename Device, typename T>
+class SampledThresholdOp : public OpKernel {
+ public:
+  explicit SampledThresholdOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("num_samples", &num_samples_));
+    OP_REQUIRES_OK(c, c->GetAttr("k", &k_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& g = ctx->input(0);
+    const Tensor& seed = ctx->input(1);
+    OP_REQUIRES(ctx, seed.dims() == 1 && seed.NumElements() == 2,
+                InvalidArgument("seed must be an int64 vector of 2 elements, got shape ",
+                                seed.shape().DebugString()));
+    OP_REQUIRES(ctx, k_ <= num_samples_,
+                InvalidArgument("k = ", k_, " is larger than num_samples = ", num_samples_));
+    Tensor* threshold = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &threshold));
+    const auto s = seed.flat<int64_t>();
+    functor::SampledThreshold<Device, T>()(
+        ctx, g.flat<T>().data(), g.NumElements(),
+        sparse::HashFromSeed(static_cast<uint64_t>(s(0)), static_cast<uint64_t>(s(1))), num_samples_,
+        k_, threshold->flat<T>().data());
+  }
+
+ private:
+  int64_t num_samples_;
+  int64_t k_;
+};
 
 template <typename Device, typename T, typename Index>
 class HashSelectOp : public OpKernel {
@@ -216,7 +309,16 @@ class SparseDecodeOp : public OpKernel {
                               .TypeConstraint<INDEX>("Tindex"),                             \
                           SparseDecodeOp<DEVICE_TYPE, T, INDEX>);
 
+#define TFCOMP_REGISTER_THRESHOLD_KERNEL(DEVICE, DEVICE_TYPE, T)                               \
+  REGISTER_KERNEL_BUILDER(                                                                     \
+      Name("TfcompSampledThreshold").Device(DEVICE).HostMemory("seed").TypeConstraint<T>("T"), \
+      SampledThresholdOp<DEVICE_TYPE, T>);
+
 #define TFCOMP_REGISTER_SPARSE_TYPES(DEVICE, DEVICE_TYPE)                           \
+  TFCOMP_REGISTER_THRESHOLD_KERNEL(DEVICE, DEVICE_TYPE, Eigen::half)                \
+  TFCOMP_REGISTER_THRESHOLD_KERNEL(DEVICE, DEVICE_TYPE, Eigen::bfloat16)            \
+  TFCOMP_REGISTER_THRESHOLD_KERNEL(DEVICE, DEVICE_TYPE, float)                      \
+  TFCOMP_REGISTER_THRESHOLD_KERNEL(DEVICE, DEVICE_TYPE, double)                     \
   TFCOMP_REGISTER_SPARSE_KERNELS(DEVICE, DEVICE_TYPE, Eigen::half, int32_t)          \
   TFCOMP_REGISTER_SPARSE_KERNELS(DEVICE, DEVICE_TYPE, Eigen::half, int64_t)          \
   TFCOMP_REGISTER_SPARSE_KERNELS(DEVICE, DEVICE_TYPE, Eigen::bfloat16, int32_t)      \
@@ -233,5 +335,6 @@ TFCOMP_REGISTER_SPARSE_TYPES(::tensorflow::DEVICE_GPU, GPUDevice)
 
 #undef TFCOMP_REGISTER_SPARSE_TYPES
 #undef TFCOMP_REGISTER_SPARSE_KERNELS
+#undef TFCOMP_REGISTER_THRESHOLD_KERNEL
 
 }  // namespace tfcomp

@@ -22,6 +22,13 @@ struct HashSelect {
                   sparse::HashParams hash, int64_t capacity, T* values, Index* indices);
 };
 
+// threshold[0] = the k-th largest sampled magnitude of g[n] (see sparse_core.h).
+template <typename Device, typename T>
+struct SampledThreshold {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* g, int64_t n, sparse::HashParams hash,
+                  int64_t num_samples, int64_t k, T* threshold);
+};
+
 // dense[n] = 0, then dense[indices[j]] += values[j] for j in [0, count) with
 // indices[j] >= 0, in order. Indices were checked to lie in [-1, n).
 template <typename Device, typename T, typename Index>

@@ -37,6 +37,25 @@ drawn from seed[0:2]; the largest index wins a shared slot. Empty slots hold
 index -1 and value 0.
 )doc");
 
+REGISTER_OP("TfcompSampledThreshold")
+    .Input("g: T")
+    .Input("seed: int64")
+    .Output("threshold: T")
+    .Attr("num_samples: int >= 1")
+    .Attr("k: int >= 1")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      c->set_output(0, c->Scalar());
+      return Status();
+    })
+    .Doc(R"doc(
+DGC's threshold: the k-th largest |g| among num_samples sampled elements (all of
+g if it has no more), sampled in runs at hashed offsets drawn from seed[0:2];
+NaN counts as +Inf. 0 for an empty g.
+)doc");
+
 REGISTER_OP("TfcompSparseDecode")
     .Input("values: T")
     .Input("indices: Tindex")

@@ -35,8 +35,8 @@ uint64_t RefMod(uint64_t hi, uint64_t lo) {
 }
 
 int64_t RefHashSlot(HashParams h, uint64_t i, int64_t m) {
-  const u128 x = static_cast<u128>(h.a) * i + h.b;
-  return static_cast<int64_t>(static_cast<uint64_t>(x % kP) % static_cast<uint64_t>(m));
+  const u128 x = (static_cast<u128>(h.a) * i + h.b) % kP;
+  return static_cast<int64_t>((x * static_cast<u128>(m)) >> 61);  // floor(x m / 2^61)
 }
 
 std::pair<uint64_t, uint64_t> Split(u128 x) {
@@ -130,13 +130,14 @@ void HashSlotEdges() {
       }
     }
   }
-  // Spelled out: h(i) = ((a*i + b) mod p) mod m.
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, 5, 7) == 5);
-  CHECK(tfcomp::sparse::HashSlot(HashParams{3, 4}, 5, 7) == 5);  // 19 mod 7
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP, 1024) == 0);
+  // Spelled out: h(i) = floor(((a*i + b) mod p) * m / 2^61).
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, 5, 7) == 0);  // 35 / 2^61
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP - 1, 7) == 6);  // (2^61 - 2) 7 / 2^61
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP / 2, 2) == 0);  // just under the middle
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP / 2 + 1, 2) == 1);  // 2^60: the middle
+  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP, 1024) == 0);  // p mod p
   CHECK(tfcomp::sparse::HashSlot(HashParams{1, kP - 1}, 1, 1024) == 0);  // (p - 1 + 1) mod p
-  CHECK(tfcomp::sparse::HashSlot(HashParams{kP - 1, 0}, 1, 1 << 20) ==
-        static_cast<int64_t>((kP - 1) % (1 << 20)));
+  CHECK(tfcomp::sparse::HashSlot(HashParams{kP - 1, 0}, 1, 1 << 20) == (1 << 20) - 1);
 }
 
 void HashSlotRandom() {

@@ -1,0 +1,155 @@
+"""Benchmark of the sparsifiers' hot paths: encoding (DRAGONN's hashed selection
+against the TF-native DGC composition, exact top_k and one streaming read) and
+decoding K workers' payloads (one batched sparse decode against K dense decodes).
+
+    .venv/bin/python -m benchmarks.sparse_bench
+
+Writes benchmarks/results/sparse_bench.{json,md}.
+"""
+import math
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from benchmarks import harness
+from tfcomp import ops
+from tfcomp.compressors.base import TensorContext
+from tfcomp.compressors.sparse import DGC, estimate_threshold
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("min_log2", 16, "Smallest size, as a power of two of elements.")
+flags.DEFINE_integer("max_log2", 26, "Largest size, as a power of two of elements.")
+flags.DEFINE_integer("step_log2", 2, "Step between sizes, in powers of two.")
+flags.DEFINE_list("ratios", ["0.0001", "0.001", "0.01"], "Fractions kept.")
+flags.DEFINE_integer("decode_log2", 24, "Tensor size of the decode benchmark.")
+flags.DEFINE_float("decode_ratio", 0.001, "Fraction kept in the decode benchmark.")
+flags.DEFINE_list("workers", ["2", "4", "8", "16", "32"], "K values of the decode benchmark.")
+flags.DEFINE_integer("runs", 9, "Timed runs per figure; the median is reported (at least 7).")
+flags.DEFINE_integer("threads", 1, "Intra-op threads.")
+flags.DEFINE_string("out_dir", "benchmarks/results", "Where the JSON and markdown go.")
+flags.DEFINE_string("name", "sparse_bench", "Base name of the result files.")
+
+SEED = (7, 11)
+
+
+def encoders(ratio, n):
+    m = max(1, math.ceil(ratio * n))
+    ctx = TensorContext("bench", 1, tf.constant(0, tf.int64))
+    dgc = DGC(ratio)
+
+    @tf.function
+    def dragonn(x):
+        threshold = estimate_threshold(x, ratio, SEED)
+        return ops.hash_select(x, threshold, SEED, m)
+
+    @tf.function
+    def dgc_native(x):
+        return dgc.select(x, ctx)
+
+    @tf.function
+    def exact_topk(x):
+        top = tf.math.top_k(tf.abs(x), m, sorted=False).indices
+        return tf.gather(x, top), top
+
+    return {"dragonn": dragonn, "tf_dgc": dgc_native, "exact_topk": exact_topk}
+
+
+@tf.function
+def stream_read(x):
+    return tf.reduce_max(x)
+
+
+def encode_rows(rng):
+    rows = []
+    for log2 in range(FLAGS.min_log2, FLAGS.max_log2 + 1, FLAGS.step_log2):
+        n = 1 << log2
+        x = tf.constant(rng.standard_normal(n, dtype=np.float32))
+        stream_ms = harness.median_ms(lambda: stream_read(x), FLAGS.runs)
+        for ratio in map(float, FLAGS.ratios):
+            row = {"n": n, "log2": log2, "ratio": ratio, "stream_ms": stream_ms}
+            for name, fn in encoders(ratio, n).items():
+                row[f"{name}_ms"] = harness.median_ms(lambda: fn(x), FLAGS.runs)
+            rows.append(row)
+            print(f"encode 2^{log2:<3d} ratio {ratio:<7g} dragonn {row['dragonn_ms']:9.3f} ms  "
+                  f"tf-dgc {row['tf_dgc_ms']:9.3f}  top_k {row['exact_topk_ms']:9.3f}  "
+                  f"stream {stream_ms:8.3f}", flush=True)
+    return rows
+
+
+def decode_rows(rng):
+    n = 1 << FLAGS.decode_log2
+    m = max(1, math.ceil(FLAGS.decode_ratio * n))
+    rows = []
+    for k in map(int, FLAGS.workers):
+        lists = []
+        for worker in range(k):
+            x = tf.constant(rng.standard_normal(n, dtype=np.float32))
+            lists.append(ops.hash_select(x, estimate_threshold(x, FLAGS.decode_ratio, (worker, 1)), (worker, 2), m))
+        values = tf.concat([v for v, _ in lists], 0)
+        indices = tf.concat([i for _, i in lists], 0)
+        n_t = tf.constant(n, tf.int64)
+
+        @tf.function
+        def sparse(values, indices):
+            return ops.sparse_decode(values, indices, n_t)
+
+        @tf.function
+        def dense(values, indices):
+            parts = [ops.sparse_decode(v, i, n_t) for v, i in zip(tf.split(values, k), tf.split(indices, k))]
+            return tf.add_n(parts)
+
+        row = {"workers": k, "n": n, "ratio": FLAGS.decode_ratio,
+               "sparse_ms": harness.median_ms(lambda: sparse(values, indices), FLAGS.runs),
+               "dense_ms": harness.median_ms(lambda: dense(values, indices), FLAGS.runs)}
+        rows.append(row)
+        print(f"decode K={k:<3d} sparse {row['sparse_ms']:9.3f} ms  dense {row['dense_ms']:9.3f} ms", flush=True)
+    return rows
+
+
+def markdown(encode, decode, meta):
+    m = meta["machine"]
+    lines = [
+        f"# Sparsifiers: encode and decode (float32, {meta['threads']} intra-op thread(s), median of "
+        f"{meta['runs']} runs)", "",
+        f"Command: `{meta['command']}`",
+        f"Machine: {m['cpu']}, {m['cpus']} cores; TensorFlow {m['tensorflow']}; {m['date']}.", "",
+        "## Encode: select the values and indices to send", "",
+        "DRAGONN = sampled threshold + `ops.hash_select`; TF DGC = sampled threshold + `tf.where` "
+        "compaction (+ top_k when over capacity); exact = `tf.math.top_k` of |x| + gather; stream = "
+        "one `reduce_max` over x.", "",
+        "| n | ratio | DRAGONN ms | TF DGC ms | exact top_k ms | stream ms | DRAGONN / stream | "
+        "TF DGC / DRAGONN | top_k / DRAGONN |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for r in encode:
+        lines.append(f"| 2^{r['log2']} | {r['ratio']:g} | {r['dragonn_ms']:.3f} | {r['tf_dgc_ms']:.3f} | "
+                     f"{r['exact_topk_ms']:.3f} | {r['stream_ms']:.3f} | {r['dragonn_ms'] / r['stream_ms']:.2f} | "
+                     f"{r['tf_dgc_ms'] / r['dragonn_ms']:.1f} | {r['exact_topk_ms'] / r['dragonn_ms']:.1f} |")
+    lines += ["", f"## Decode: K workers' payloads of a 2^{FLAGS.decode_log2} tensor at ratio "
+                  f"{FLAGS.decode_ratio:g}", "",
+              "sparse = one `ops.sparse_decode` of the K concatenated lists; dense = K decodes to dense "
+              "tensors, then `tf.add_n`.", "",
+              "| K | sparse ms | dense ms | sparse vs K=first | dense vs K=first |", "|---|---|---|---|---|"]
+    for r in decode:
+        lines.append(f"| {r['workers']} | {r['sparse_ms']:.3f} | {r['dense_ms']:.3f} | "
+                     f"{r['sparse_ms'] / decode[0]['sparse_ms']:.2f} | {r['dense_ms'] / decode[0]['dense_ms']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    del argv
+    if FLAGS.runs < 7:
+        raise app.UsageError("--runs must be at least 7")
+    harness.pin_threads(FLAGS.threads)
+    rng = np.random.default_rng(0)
+    encode = encode_rows(rng)
+    decode = decode_rows(rng)
+    meta = {"command": harness.command_line("benchmarks.sparse_bench"), "machine": harness.machine(),
+            "threads": FLAGS.threads, "runs": FLAGS.runs}
+    paths = harness.write_results(FLAGS.out_dir, FLAGS.name, {**meta, "encode": encode, "decode": decode},
+                                  markdown(encode, decode, meta))
+    print("wrote", *paths)
+
+
+if __name__ == "__main__":
+    app.run(main)

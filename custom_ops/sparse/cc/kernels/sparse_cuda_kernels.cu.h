@@ -1,0 +1,218 @@
+// CUDA kernels of the sparse ops and their launchers, on plain pointers and a
+// stream: no TensorFlow, no Eigen. Included by sparse_kernels.cu.cc (T =
+// Eigen::half, Eigen::bfloat16, float, double) and by the standalone test
+// cuda_test/sparse_core_test.cu (T = __half, float, double); Index is int32_t
+// or int64_t. The per-element logic is sparse_core.h's, and the results match
+// the CPU kernels bit for bit (NaN payloads aside: GPU arithmetic gives the
+// canonical NaN).
+#ifndef TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CUDA_KERNELS_CU_H_
+#define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CUDA_KERNELS_CU_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "sparse_core.h"
+
+namespace tfcomp {
+namespace sparse {
+namespace cuda {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+using Acc = typename Accumulator<T>::type;
+
+// Grid for the grid-stride loops: enough blocks to cover n, capped well below
+// CUDA's limit (the loop covers the rest).
+inline unsigned int GridFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned int>(blocks < (int64_t{1} << 20) ? blocks : (int64_t{1} << 20));
+}
+
+__device__ inline int64_t GlobalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// slot = max(slot, index) as signed integers: -1 (empty) loses to any index.
+__device__ inline void ClaimSlot(int32_t* slot, int32_t index) { atomicMax(slot, index); }
+__device__ inline void ClaimSlot(int64_t* slot, int64_t index) {
+  // int64_t is long; CUDA's signed 64-bit atomicMax takes long long, the same bits.
+  static_assert(sizeof(long long) == sizeof(int64_t), "64-bit long long");
+  atomicMax(reinterpret_cast<long long*>(slot), static_cast<long long>(index));
+}
+
+template <typename V>
+__global__ void FillKernel(V* __restrict__ out, int64_t n, V value) {
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) out[i] = value;
+}
+
+__global__ void IotaKernel(int64_t* __restrict__ out, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) out[i] = i;
+}
+
+template <typename T, typename Index>
+__global__ void HashSelectKernel(const T* __restrict__ g, int64_t n,
+                                 const T* __restrict__ threshold, HashParams hash,
+                                 int64_t capacity, Index* __restrict__ indices) {
+  const Acc<T> t = static_cast<Acc<T>>(*threshold);
+  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
+    if (Selected(AbsValue(g[i]), t)) {
+      ClaimSlot(indices + HashSlot(hash, static_cast<uint64_t>(i), capacity),
+                static_cast<Index>(i));
+    }
+  }
+}
+
+template <typename T, typename Index>
+__global__ void GatherKernel(const T* __restrict__ g, const Index* __restrict__ indices,
+                             int64_t capacity, T zero, T* __restrict__ values) {
+  for (int64_t j = GlobalThread(); j < capacity; j += GridStride()) {
+    const Index i = indices[j];
+    values[j] = i >= 0 ? g[i] : zero;
+  }
+}
+
+// keys[count] are the indices sorted stably, positions[count] where each came
+// from in the list. Thread p sums the run of equal keys that starts at p: in
+// list order, from 0, rounding to T after every addition, as the CPU's
+// dense[i] += values[j] does. Runs outside [0, n) are skipped.
+template <typename T, typename Index>
+__global__ void SumRunsKernel(const T* __restrict__ values, const Index* __restrict__ keys,
+                              const int64_t* __restrict__ positions, int64_t count, int64_t n,
+                              T zero, T* __restrict__ dense) {
+  for (int64_t p = GlobalThread(); p < count; p += GridStride()) {
+    const Index key = keys[p];
+    if (key < 0 || key >= n || (p > 0 && keys[p - 1] == key)) continue;
+    T sum = zero;
+    for (int64_t q = p; q < count && keys[q] == key; ++q) {
+      sum = static_cast<T>(static_cast<Acc<T>>(sum) + static_cast<Acc<T>>(values[positions[q]]));
+    }
+    dense[key] = sum;
+  }
+}
+
+// Writes indices[capacity] and values[capacity]; threshold is one element in
+// device memory. Returns the launch error.
+template <typename T, typename Index>
+cudaError_t LaunchHashSelect(const T* g, int64_t n, const T* threshold, HashParams hash,
+                             int64_t capacity, T* values, Index* indices, cudaStream_t stream) {
+  if (capacity > 0) {
+    const unsigned int slot_grid = GridFor(capacity);
+    FillKernel<Index><<<slot_grid, kThreads, 0, stream>>>(indices, capacity,
+                                                          static_cast<Index>(kEmptyIndex));
+    if (n > 0) {
+      HashSelectKernel<T, Index><<<GridFor(n), kThreads, 0, stream>>>(g, n, threshold, hash,
+                                                                      capacity, indices);
+    }
+    GatherKernel<T, Index><<<slot_grid, kThreads, 0, stream>>>(g, indices, capacity,
+                                                               static_cast<T>(0.0f), values);
+  }
+  return cudaGetLastError();
+}
+
+inline size_t AlignScratch(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// dense[n] = 0, then dense[indices[j]] += values[j] in list order for every j
+// with 0 <= indices[j] < n; other entries are skipped. allocate(bytes) returns
+// device scratch that stays valid for the work queued on stream, or null on
+// failure. Returns the first CUDA error.
+template <typename T, typename Index, typename Allocate>
+cudaError_t LaunchSparseDecode(const T* values, const Index* indices, int64_t count, int64_t n,
+                               T* dense, Allocate&& allocate, cudaStream_t stream) {
+  if (n == 0) return cudaGetLastError();
+  const T zero = static_cast<T>(0.0f);
+  FillKernel<T><<<GridFor(n), kThreads, 0, stream>>>(dense, n, zero);
+  if (count == 0) return cudaGetLastError();
+
+  // Radix sort is stable: entries with equal indices keep their list order.
+  Index* no_keys = nullptr;
+  int64_t* no_positions = nullptr;
+  size_t sort_bytes = 0;
+  cudaError_t err = cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, indices, no_keys,
+                                                    no_positions, no_positions, count, 0,
+                                                    static_cast<int>(sizeof(Index) * 8), stream);
+  if (err != cudaSuccess) return err;
+  const size_t keys_bytes = AlignScratch(count * sizeof(Index));
+  const size_t positions_bytes = AlignScratch(count * sizeof(int64_t));
+  char* scratch = static_cast<char*>(allocate(keys_bytes + 2 * positions_bytes + sort_bytes));
+  if (scratch == nullptr) return cudaErrorMemoryAllocation;
+  Index* keys = reinterpret_cast<Index*>(scratch);
+  int64_t* list_positions = reinterpret_cast<int64_t*>(scratch + keys_bytes);
+  int64_t* sorted_positions = reinterpret_cast<int64_t*>(scratch + keys_bytes + positions_bytes);
+  void* sort_scratch = scratch + keys_bytes + 2 * positions_bytes;
+
+  const unsigned int grid = GridFor(count);
+  IotaKernel<<<grid, kThreads, 0, stream>>>(list_positions, count);
+  err = cub::DeviceRadixSort::SortPairs(sort_scratch, sort_bytes, indices, keys, list_positions,
+                                        sorted_positions, count, 0,
+                                        static_cast<int>(sizeof(Index) * 8), stream);
+  if (err != cudaSuccess) return err;
+  SumRunsKernel<T, Index><<<grid, kThreads, 0, stream>>>(values, keys, sorted_positions, count, n,
+                                                         zero, dense);
+  return cudaGetLastError();
+}
+
+// keys[s] = the magnitude of sample s, as the threshold's order sees it (NaN
+// counts as +Inf): element s itself when n <= num_samples (then count = n),
+// else the element at SamplePosition (count = num_samples).
+template <typename T>
+__global__ void GatherSampleKernel(const T* __restrict__ g, int64_t n, HashParams hash,
+                                   int64_t num_samples, int64_t count, Acc<T>* __restrict__ keys) {
+  for (int64_t s = GlobalThread(); s < count; s += GridStride()) {
+    const int64_t i = n <= num_samples ? s : SamplePosition(hash, s, num_samples, n);
+    keys[s] = SampleMagnitude(AbsValue(g[i]));
+  }
+}
+
+// threshold[0] = sorted[rank] cast back to T: exact, the magnitude of an element of g.
+template <typename T>
+__global__ void PickKernel(const Acc<T>* __restrict__ sorted, int64_t rank, T* __restrict__ threshold) {
+  if (GlobalThread() == 0) threshold[0] = static_cast<T>(sorted[rank]);
+}
+
+// threshold[0] (device memory) = the k-th largest sampled magnitude of g[n],
+// k clipped to the sample count (min(n, num_samples)); 0 when n == 0. The
+// sample's magnitudes are sorted in descending order with CUB's radix sort,
+// which orders like the CPU's comparisons (-0.0 and +0.0 are one key; NaN is
+// already +Inf), so the k-th element is the CPU's k-th largest. allocate and
+// the returned error as for LaunchSparseDecode.
+template <typename T, typename Allocate>
+cudaError_t LaunchSampledThreshold(const T* g, int64_t n, HashParams hash, int64_t num_samples,
+                                   int64_t k, T* threshold, Allocate&& allocate,
+                                   cudaStream_t stream) {
+  const int64_t count = n < num_samples ? n : num_samples;
+  if (count == 0) {
+    FillKernel<T><<<1, 1, 0, stream>>>(threshold, 1, static_cast<T>(0.0f));
+    return cudaGetLastError();
+  }
+  using Key = Acc<T>;
+  cub::DoubleBuffer<Key> keys(nullptr, nullptr);
+  size_t sort_bytes = 0;
+  cudaError_t err = cub::DeviceRadixSort::SortKeysDescending(nullptr, sort_bytes, keys, count, 0,
+                                                             static_cast<int>(sizeof(Key) * 8),
+                                                             stream);
+  if (err != cudaSuccess) return err;
+  const size_t keys_bytes = AlignScratch(count * sizeof(Key));
+  char* scratch = static_cast<char*>(allocate(2 * keys_bytes + sort_bytes));
+  if (scratch == nullptr) return cudaErrorMemoryAllocation;
+  keys = cub::DoubleBuffer<Key>(reinterpret_cast<Key*>(scratch),
+                                reinterpret_cast<Key*>(scratch + keys_bytes));
+  GatherSampleKernel<T><<<GridFor(count), kThreads, 0, stream>>>(g, n, hash, num_samples, count,
+                                                                 keys.Current());
+  err = cub::DeviceRadixSort::SortKeysDescending(scratch + 2 * keys_bytes, sort_bytes, keys, count,
+                                                 0, static_cast<int>(sizeof(Key) * 8), stream);
+  if (err != cudaSuccess) return err;
+  // The sort left its output in keys.Current() (chosen on the host, at the call).
+  PickKernel<T><<<1, 1, 0, stream>>>(keys.Current(), (k < count ? k : count) - 1, threshold);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace sparse
+}  // namespace tfcomp
+
+#endif  // TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CUDA_KERNELS_CU_H_

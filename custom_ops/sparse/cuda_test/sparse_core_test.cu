@@ -1,0 +1,325 @@
+// Standalone test of the sparse CUDA kernels (no TensorFlow): runs hashed
+// selection and sparse decode on the GPU for __half, float and double with
+// int32 and int64 indices, and the sampled threshold for each of those types,
+// and compares them with sequential CPU references built from sparse_core.h. Selected indices and values must match bit for bit;
+// decoded values too, except that any NaN matches any NaN (GPU arithmetic
+// returns the canonical NaN, x86 the operand's payload); thresholds too, except
+// that +0 matches -0.
+// Exit status: 0 pass, 1 failure, 77 no CUDA device (skip).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../cc/kernels/sparse_core.h"
+#include "../cc/kernels/sparse_cuda_kernels.cu.h"
+
+namespace sp = tfcomp::sparse;
+namespace cu = tfcomp::sparse::cuda;
+
+#define CHECK_CUDA(call)                                                                   \
+  do {                                                                                     \
+    const cudaError_t err_ = (call);                                                       \
+    if (err_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
+                   cudaGetErrorString(err_));                                              \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+namespace {
+
+int g_failures = 0;
+
+template <typename T> const char* TypeName();
+template <> const char* TypeName<__half>() { return "half"; }
+template <> const char* TypeName<float>() { return "float"; }
+template <> const char* TypeName<double>() { return "double"; }
+
+template <typename T>
+using Acc = typename tfcomp::Accumulator<T>::type;
+
+template <typename T>
+T FromDouble(double v) { return static_cast<T>(static_cast<Acc<T>>(v)); }
+
+template <typename T>
+bool SameBits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
+
+template <typename T>
+bool SameValue(const T& a, const T& b) {
+  return SameBits(a, b) ||
+         (std::isnan(static_cast<Acc<T>>(a)) && std::isnan(static_cast<Acc<T>>(b)));
+}
+
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  explicit DeviceArray(size_t count) {
+    CHECK_CUDA(cudaMalloc(&ptr, (count ? count : 1) * sizeof(T)));
+  }
+  DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    CHECK_CUDA(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  ~DeviceArray() { cudaFree(ptr); }
+  std::vector<T> Download(size_t count) const {
+    std::vector<T> host(count);
+    CHECK_CUDA(cudaMemcpy(host.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+uint32_t NextRandom() {  // xorshift64*: reproducible across platforms
+  g_rng ^= g_rng >> 12;
+  g_rng ^= g_rng << 25;
+  g_rng ^= g_rng >> 27;
+  return static_cast<uint32_t>((g_rng * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+// Values in [-1, 1) with +-0; with specials, every 13th element is +-Inf or NaN.
+template <typename T>
+std::vector<T> MakeValues(int64_t n, bool specials) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double special[] = {0.0, -0.0, inf, -inf, nan};
+  std::vector<T> x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double r = NextRandom() / 2147483648.0 - 1.0;
+    x[i] = FromDouble<T>(i % 13 == 5 ? special[(i / 13) % (specials ? 5 : 2)] : r);
+  }
+  return x;
+}
+
+template <typename T, typename Index>
+void Expect(bool ok, const char* what, int64_t n, int64_t capacity, double extra, int64_t at) {
+  if (ok) return;
+  if (++g_failures <= 20) {
+    std::printf("FAIL %s/int%d %s n=%lld capacity=%lld (%g) at %lld\n", TypeName<T>(),
+                static_cast<int>(8 * sizeof(Index)), what, static_cast<long long>(n),
+                static_cast<long long>(capacity), extra, static_cast<long long>(at));
+  }
+}
+
+template <typename T, typename Index>
+void CheckSelect(const std::vector<T>& g, const DeviceArray<T>& d_g, int64_t capacity,
+                 double threshold) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  const T t = FromDouble<T>(threshold);
+  const sp::HashParams hash =
+      sp::HashFromSeed(static_cast<uint64_t>(n), static_cast<uint64_t>(capacity));
+
+  // Reference: a sequential pass in index order; the last writer wins.
+  std::vector<Index> want_indices(capacity, static_cast<Index>(sp::kEmptyIndex));
+  std::vector<T> want_values(capacity, FromDouble<T>(0.0));
+  if (capacity > 0) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (sp::Selected(tfcomp::AbsValue(g[i]), static_cast<Acc<T>>(t))) {
+        const int64_t slot = sp::HashSlot(hash, static_cast<uint64_t>(i), capacity);
+        want_indices[slot] = static_cast<Index>(i);
+      }
+    }
+  }
+  for (int64_t j = 0; j < capacity; ++j) {
+    if (want_indices[j] >= 0) want_values[j] = g[want_indices[j]];
+  }
+
+  DeviceArray<T> d_t(std::vector<T>{t}), d_values(capacity);
+  DeviceArray<Index> d_indices(capacity);
+  CHECK_CUDA(cu::LaunchHashSelect(d_g.ptr, n, d_t.ptr, hash, capacity, d_values.ptr,
+                                  d_indices.ptr, nullptr));
+  const std::vector<Index> indices = d_indices.Download(capacity);
+  const std::vector<T> values = d_values.Download(capacity);
+  for (int64_t j = 0; j < capacity; ++j) {
+    Expect<T, Index>(indices[j] == want_indices[j], "select index", n, capacity, threshold, j);
+    const bool same = SameBits(values[j], want_values[j]);
+    Expect<T, Index>(same, "select value", n, capacity, threshold, j);
+  }
+}
+
+// k concatenated lists of capacity entries over a dense vector of n: indices
+// drawn from a pool small enough to repeat across lists, -1 for a quarter of
+// the slots, and a few out of range (skipped on the GPU, rejected by the op).
+template <typename T, typename Index>
+void CheckDecode(int64_t n, int64_t capacity, int k, bool specials) {
+  const int64_t count = k * capacity;
+  const int64_t pool = n < 2 * capacity + 1 ? n : 2 * capacity + 1;
+  const std::vector<T> values = MakeValues<T>(count, specials);
+  std::vector<Index> indices(count);
+  for (int64_t j = 0; j < count; ++j) {
+    const uint32_t r = NextRandom();
+    if (j % 97 == 50) {
+      indices[j] = static_cast<Index>(j % 2 ? n + j : -2 - j);
+    } else if (r % 4 == 0 || pool == 0) {
+      indices[j] = static_cast<Index>(sp::kEmptyIndex);
+    } else {
+      const int64_t slot = (r >> 2) % pool;
+      indices[j] = static_cast<Index>(slot * (n / pool));  // spread over [0, n)
+    }
+  }
+
+  std::vector<T> want(n, FromDouble<T>(0.0));
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t i = indices[j];
+    if (i < 0 || i >= n) continue;
+    want[i] = static_cast<T>(static_cast<Acc<T>>(want[i]) + static_cast<Acc<T>>(values[j]));
+  }
+
+  DeviceArray<T> d_values(values), d_dense(n);
+  DeviceArray<Index> d_indices(indices);
+  std::vector<void*> scratch;
+  auto allocate = [&scratch](size_t bytes) -> void* {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    scratch.push_back(p);
+    return p;
+  };
+  CHECK_CUDA(cu::LaunchSparseDecode(d_values.ptr, d_indices.ptr, count, n, d_dense.ptr, allocate,
+                                    nullptr));
+  const std::vector<T> dense = d_dense.Download(n);
+  for (void* p : scratch) CHECK_CUDA(cudaFree(p));
+  for (int64_t i = 0; i < n; ++i) {
+    Expect<T, Index>(SameValue(dense[i], want[i]), "decode", n, capacity, k, i);
+  }
+}
+
+template <typename T, typename Index>
+void CheckType() {
+  const int failures_before = g_failures;
+  const int64_t sizes[] = {0, 1, 1000, (int64_t{1} << 20) + 7};
+  const int64_t capacities[] = {0, 1, 7, 1024};
+  // 2 selects no finite element, +Inf only +-Inf and NaN, NaN everything.
+  const double thresholds[] = {0.0, 0.5, 2.0, std::numeric_limits<double>::infinity(),
+                               std::numeric_limits<double>::quiet_NaN()};
+  for (int64_t n : sizes) {
+    for (bool specials : {false, true}) {
+      const std::vector<T> g = MakeValues<T>(n, specials);
+      const DeviceArray<T> d_g(g);
+      for (int64_t capacity : capacities) {
+        for (double t : thresholds) CheckSelect<T, Index>(g, d_g, capacity, t);
+        for (int k = 1; k <= 5; ++k) CheckDecode<T, Index>(n, capacity, k, specials);
+      }
+    }
+  }
+  CheckDecode<T, Index>(1000, 1 << 16, 5, true);  // long runs of duplicates
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::printf("%-6s int%d select/decode: %s\n", TypeName<T>(), static_cast<int>(8 * sizeof(Index)),
+              g_failures > failures_before ? "FAILED" : "ok");
+}
+
+// The sampled threshold (TfcompSampledThreshold's kernel) against the CPU
+// functor's definition: the sample is g itself when n <= num_samples, else the
+// elements at SamplePosition; its magnitudes (SampleMagnitude: NaN as +Inf)
+// sorted in descending order; the k-th (k clipped to the sample size), cast to
+// T; 0 for n == 0. Bit for bit, except that +0 and -0 match each other: they
+// are one value to the threshold's order, so which of the two a tie leaves is
+// not defined (the CPU functor's heap and CUB's sort may differ).
+template <typename T>
+void CheckThreshold(const std::vector<T>& g, const DeviceArray<T>& d_g, int64_t num_samples,
+                    int64_t k) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  const sp::HashParams hash =
+      sp::HashFromSeed(static_cast<uint64_t>(num_samples), static_cast<uint64_t>(n + k));
+  std::vector<Acc<T>> sample;
+  for (int64_t s = 0; s < (n < num_samples ? n : num_samples); ++s) {
+    const int64_t i = n <= num_samples ? s : sp::SamplePosition(hash, s, num_samples, n);
+    if (i < 0 || i >= n) {
+      Expect<T, int64_t>(false, "threshold sample position", n, num_samples, k, s);
+      return;
+    }
+    sample.push_back(sp::SampleMagnitude(tfcomp::AbsValue(g[i])));
+  }
+  std::sort(sample.begin(), sample.end(), [](Acc<T> a, Acc<T> b) { return a > b; });
+  const int64_t count = static_cast<int64_t>(sample.size());
+  const T want = count == 0 ? FromDouble<T>(0.0)
+                            : static_cast<T>(sample[(k < count ? k : count) - 1]);
+
+  DeviceArray<T> d_threshold(1);
+  CHECK_CUDA(cudaMemset(d_threshold.ptr, 0xff, sizeof(T)));  // NaN: a kernel that writes nothing fails
+  std::vector<void*> scratch;
+  auto allocate = [&scratch](size_t bytes) -> void* {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    scratch.push_back(p);
+    return p;
+  };
+  CHECK_CUDA(cu::LaunchSampledThreshold(d_g.ptr, n, hash, num_samples, k, d_threshold.ptr,
+                                        allocate, nullptr));
+  const T got = d_threshold.Download(1)[0];
+  for (void* p : scratch) CHECK_CUDA(cudaFree(p));
+  const bool zeros = static_cast<Acc<T>>(got) == 0 && static_cast<Acc<T>>(want) == 0;
+  if (!SameBits(got, want) && !zeros && ++g_failures <= 20) {
+    std::printf("FAIL %s threshold n=%lld num_samples=%lld k=%lld: got %g, want %g\n",
+                TypeName<T>(), static_cast<long long>(n), static_cast<long long>(num_samples),
+                static_cast<long long>(k), static_cast<double>(static_cast<Acc<T>>(got)),
+                static_cast<double>(static_cast<Acc<T>>(want)));
+  }
+}
+
+template <typename T>
+void CheckThresholdType() {
+  const int failures_before = g_failures;
+  const int64_t sizes[] = {0, 1, 1000, (int64_t{1} << 20) + 7};
+  for (int64_t n : sizes) {
+    for (bool specials : {false, true}) {
+      const std::vector<T> g = MakeValues<T>(n, specials);
+      const DeviceArray<T> d_g(g);
+      // 1, 100, 4096 (16 full runs), more than n, and n itself (all of g).
+      const int64_t sample_counts[] = {1, 100, 4096, 2 * n + 1, n > 0 ? n : 1};
+      for (int64_t num_samples : sample_counts) {
+        const int64_t ks[] = {1, 2, (num_samples + 1) / 2, num_samples - 1, num_samples};
+        for (int64_t k : ks) {
+          if (k >= 1) CheckThreshold<T>(g, d_g, num_samples, k);
+        }
+      }
+    }
+  }
+  // Mostly equal magnitudes: ties (+-0 among them) around every rank.
+  std::vector<T> ties(5000);
+  for (size_t i = 0; i < ties.size(); ++i) {
+    const double v[] = {0.0, -0.0, 0.5, -0.5, 0.25};
+    ties[i] = FromDouble<T>(v[NextRandom() % 5]);
+  }
+  const DeviceArray<T> d_ties(ties);
+  for (int64_t k : {1, 100, 1000, 2000, 3000, 4000, 4096}) CheckThreshold<T>(ties, d_ties, 4096, k);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::printf("%-6s sampled threshold: %s\n", TypeName<T>(),
+              g_failures > failures_before ? "FAILED" : "ok");
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    std::printf("SKIP: no CUDA device (%s)\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    return 77;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  CheckType<__half, int32_t>();
+  CheckType<__half, int64_t>();
+  CheckType<float, int32_t>();
+  CheckType<float, int64_t>();
+  CheckType<double, int32_t>();
+  CheckType<double, int64_t>();
+  CheckThresholdType<__half>();
+  CheckThresholdType<float>();
+  CheckThresholdType<double>();
+  if (g_failures) {
+    std::printf("sparse_core_test: %d failure(s)\n", g_failures);
+    return 1;
+  }
+  std::printf("sparse_core_test: all passed\n");
+  return 0;
+}
