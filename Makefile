@@ -54,6 +54,7 @@ build-gpu: build
 
 bench: build
 	$(PYTHON) -m benchmarks.ops_bench
+	$(PYTHON) -m benchmarks.sparse_bench
 
 clean:
 	rm -rf build $(OP_LIBRARY) tfcomp.egg-info
