@@ -19,6 +19,7 @@ flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 
 flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_float("ratio", None, "The sparsifiers' ratio (default: the class default).")
+flags.DEFINE_integer("rank", None, "The low-rank compressors' rank (default: the class default).")
 flags.DEFINE_bool("selection", True, "Efficiency-aware tensor selection where the compressor wants it.")
 flags.DEFINE_integer("warmup_steps", 0, "Dense warm-up steps.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
@@ -53,6 +54,8 @@ def make_strategy():
     compressor = getattr(tfcomp, FLAGS.compression)
     if FLAGS.ratio is not None:
         compressor = compressor(ratio=FLAGS.ratio)
+    if FLAGS.rank is not None:
+        compressor = compressor(matrix_approximation_rank=FLAGS.rank)
     return MultiWorkerMirroredStrategy(compressor, communication_options=options,
                                        min_compress_elements=FLAGS.min_compress_elements,
                                        selection=None if FLAGS.selection else False,

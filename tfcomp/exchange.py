@@ -8,6 +8,7 @@ An engine supplies the collectives: an object with `num_workers`,
 1-D buffers concatenated in rank order).
 """
 import tensorflow as tf
+from absl import logging
 
 from tfcomp import fusion
 from tfcomp.compressors.base import Round, TensorContext, resolve
@@ -44,7 +45,8 @@ class Exchange:
         self.min_compress_elements = min_compress_elements
         self.bucket_bytes = bucket_bytes
         self.global_seed = global_seed
-        self.warmup_steps = warmup_steps
+        self.warmup_steps = max(warmup_steps, getattr(self.compressor, "warmup_steps", 0))
+        self._said_dense = set()
         if selection is None:
             selection = EfficiencyAwareSelection() if self.compressor.efficiency_aware else False
         self.selection = selection or None
@@ -63,9 +65,20 @@ class Exchange:
         if (not dtype.is_floating or shape.rank is None or shape.rank <= 1
                 or shape.num_elements() < self.min_compress_elements):
             return self.dense
+        accepted, why = self.compressor.accepts(shape, dtype)
+        if not accepted:
+            self._say_dense_once(shape, why)
+            return self.dense
         if self.selection and not self.selection.worth_compressing(self.compressor, shape, dtype, num_workers):
             return self.dense
         return self.compressor
+
+    def _say_dense_once(self, shape, why):
+        key = (tuple(shape.as_list()), why)
+        if key not in self._said_dense:
+            self._said_dense.add(key)
+            logging.info("tfcomp: %s sends a %s tensor dense: %s", type(self.compressor).__name__,
+                         "x".join(map(str, shape.as_list())), why)
 
     def state_specs(self, shapes_and_dtypes, names, num_workers):
         """{tensor name: {state name: (shape, dtype)}} of the compressor state these tensors need."""
@@ -87,24 +100,30 @@ class Exchange:
         k = collectives.num_workers
         state.build(self.state_specs([(g.shape, g.dtype) for g in grads], names, k))
         plans = [self.plan(g.shape, g.dtype, k) for g in grads]
+
+        def run(plans, phase=0):
+            return lambda: self._exchange(grads, names, plans, state, collectives, reduce_op, phase)
+
+        # Every worker counts the same steps, so all take the same branches.
+        phases = max(c.phases for c in plans) if plans else 1
+        compressed = run(plans)
+        if phases > 1:
+            branches = [run(plans, phase) for phase in range(phases)]
+            compressed = lambda: tf.switch_case(tf.cast(state.step % phases, tf.int32), branches)
         if self.warmup_steps:
-            # Every worker counts the same steps, so all take the same branch.
-            dense = [self.dense] * len(grads)
-            results = tf.cond(state.step < self.warmup_steps,
-                              lambda: self._exchange(grads, names, dense, state, collectives, reduce_op),
-                              lambda: self._exchange(grads, names, plans, state, collectives, reduce_op))
+            results = tf.cond(state.step < self.warmup_steps, run([self.dense] * len(grads)), compressed)
         else:
-            results = self._exchange(grads, names, plans, state, collectives, reduce_op)
+            results = compressed()
         with tf.control_dependencies(results):
             state.step.assign_add(1)
         return results
 
-    def _exchange(self, grads, names, plans, state, collectives, reduce_op):
+    def _exchange(self, grads, names, plans, state, collectives, reduce_op, phase):
         """Compresses, communicates and decompresses every tensor by its plan."""
         pending = []
         for i, (grad, name, compressor) in enumerate(zip(grads, names, plans)):
             ctx = TensorContext(name, collectives.num_workers, state.step, self.global_seed,
-                                average=reduce_op == "mean")
+                                average=reduce_op == "mean", phase=phase % compressor.phases)
             pending.append((i, compressor is not self.dense, compressor.compress(grad, state.get(name), ctx)))
         results = [None] * len(grads)
         while pending:

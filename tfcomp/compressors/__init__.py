@@ -1,8 +1,10 @@
 """tfcomp's compressors, one module per family."""
 from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round, TensorContext, resolve
 from tfcomp.compressors.cast import FP16, NoCompression
+from tfcomp.compressors.lowrank import ACPSGD, PowerSGD
 from tfcomp.compressors.sign import EFSignSGD, SignSGD
 from tfcomp.compressors.sparse import DGC, DRAGONN, RandomK, TopK
 
 __all__ = ["Collective", "Compressor", "Payload", "PayloadSpec", "Round", "TensorContext", "resolve",
-           "NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "RandomK", "DGC", "DRAGONN"]
+           "NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "RandomK", "DGC", "DRAGONN", "PowerSGD",
+           "ACPSGD"]

@@ -64,6 +64,7 @@ class TensorContext:
     step: tf.Tensor  # int64 scalar, the same on every worker
     global_seed: int = 0
     average: bool = True  # False: the engine asks for the sum over workers
+    phase: int = 0  # which of the compressor's phases this step runs (step % phases)
 
     def from_sum(self, summed):
         """The result the engine asked for, from the sum over workers."""
@@ -84,6 +85,13 @@ class Compressor:
 
     #: Whether the exchange applies efficiency-aware tensor selection by default.
     efficiency_aware = False
+    #: Steps cycle through this many phases (ACP-SGD alternates P and Q); each
+    #: phase has payloads of its own fixed shapes.
+    phases = 1
+
+    def accepts(self, shape, dtype):
+        """(False, why) for tensors this compressor would not make smaller; they go dense."""
+        return True, ""
 
     #: One payload spec list per round (PowerSGD has two rounds).
     def payload_specs(self, shape, dtype):

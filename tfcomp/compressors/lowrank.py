@@ -1,0 +1,176 @@
+"""Low-rank compressors: PowerSGD (Vogels et al.) and ACP-SGD (Zhang et al.).
+
+A gradient is viewed as a matrix M of n rows and m columns (the last axis is
+the columns: a conv kernel (kh, kw, in, out) is (kh*kw*in) x out) and sent as
+rank-r factors P (n x r) and Q (m x r), which add up across workers, so both
+go by allreduce.
+
+PowerSGD: P = M Q (allreduce), P orthonormalised, Q = M^T P (allreduce); the
+estimate is P Q^T; Q is kept for the next step (warm start).
+
+ACP-SGD (Algorithm 2 of the paper): one factor per step, alternating. Steps
+0, 2, ... orthonormalise Q_{t-1}, compute P = (M + E) Q, keep the error
+E = M + E - P Q^T and allreduce P; steps 1, 3, ... do the same with P and Q
+swapped. Half PowerSGD's computation and traffic per step.
+
+Random starting factors are N(0, 1) from a seed of the tensor name and step,
+so every worker draws the same.
+"""
+import tensorflow as tf
+
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+
+
+def matrix_shape(shape):
+    """(rows, columns) of a tensor's matrix view: the last axis is the columns."""
+    shape = tf.TensorShape(shape).as_list()
+    columns = shape[-1]
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows, columns
+
+
+def orthonormalize(x, epsilon=0.0):
+    """Orthonormal columns spanning x's (reduced QR; a normalisation for one column)."""
+    if x.shape[-1] == 1:
+        return x / (tf.norm(x) + epsilon)
+    return tf.linalg.qr(x)[0]
+
+
+class LowRank(Compressor):
+    """Common part: rank, error feedback, the matrix view, seeded starting factors."""
+
+    def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, min_compression_rate=2.0,
+                 orthogonalization_epsilon=0.0):
+        if not isinstance(matrix_approximation_rank, int) or matrix_approximation_rank < 1:
+            raise ValueError(f"{type(self).__name__}: matrix_approximation_rank must be an integer >= 1, "
+                             f"got {matrix_approximation_rank!r}")
+        if min_compression_rate < 1:
+            raise ValueError(f"{type(self).__name__}: min_compression_rate must be >= 1, got "
+                             f"{min_compression_rate!r}")
+        self.matrix_approximation_rank = matrix_approximation_rank
+        self.use_error_feedback = use_error_feedback
+        self.min_compression_rate = float(min_compression_rate)
+        self.orthogonalization_epsilon = orthogonalization_epsilon
+
+    def accepts(self, shape, dtype):
+        n, m = matrix_shape(shape)
+        r = self.matrix_approximation_rank
+        if r >= min(n, m):
+            return False, f"rank {r} >= min({n}, {m}): the factors would not be smaller"
+        if n * m / ((n + m) * r) < self.min_compression_rate:
+            return False, f"compression rate {n * m / ((n + m) * r):.2f} < min_compression_rate"
+        return True, ""
+
+    def _factor_specs(self, shape, dtype):
+        n, m = matrix_shape(shape)
+        r = self.matrix_approximation_rank
+        return (n, r), (m, r), tf.as_dtype(dtype)
+
+    def state_specs(self, shape, dtype):
+        p_shape, q_shape, dtype = self._factor_specs(shape, dtype)
+        specs = {"p": (p_shape, dtype), "q": (q_shape, dtype)}
+        if self.use_error_feedback:
+            specs["residual"] = (tuple(shape), dtype)
+        return specs
+
+    def _matrix(self, grad, state):
+        """M (+ E with error feedback), as a matrix."""
+        if self.use_error_feedback:
+            grad = grad + state["residual"]
+        return tf.reshape(grad, matrix_shape(grad.shape))
+
+    @staticmethod
+    def _kept_or_fresh(variable, fresh):
+        """The factor kept from the last step, or a fresh one before any was kept."""
+        return tf.cond(tf.reduce_any(tf.not_equal(variable, 0)), lambda: tf.identity(variable), fresh)
+
+    @staticmethod
+    def _random_factor(shape, dtype, ctx, salt):
+        return lambda: tf.cast(tf.random.stateless_normal(shape, ctx.seed(salt=salt)), dtype)
+
+
+class PowerSGD(LowRank):
+    """PowerSGD: two allreduce rounds per step (P, then Q), warm-started Q."""
+
+    def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, warm_start=True,
+                 min_compression_rate=2.0, orthogonalization_epsilon=0.0):
+        super().__init__(matrix_approximation_rank, use_error_feedback, min_compression_rate,
+                         orthogonalization_epsilon)
+        self.warm_start = warm_start
+
+    def payload_specs(self, shape, dtype):
+        p_shape, q_shape, dtype = self._factor_specs(shape, dtype)
+        return [[PayloadSpec(p_shape, dtype, Collective.ALLREDUCE)],
+                [PayloadSpec(q_shape, dtype, Collective.ALLREDUCE)]]
+
+    def compress(self, grad, state, ctx):
+        matrix = self._matrix(grad, state)
+        fresh = self._random_factor(state["q"].shape, grad.dtype, ctx, salt=10)
+        q = self._kept_or_fresh(state["q"], fresh) if self.warm_start else fresh()
+        p = tf.matmul(matrix, q)
+
+        def after_p(summed):
+            p_hat = orthonormalize(summed[0], self.orthogonalization_epsilon)
+            state["p"].assign(p_hat)
+            return Round([Payload(tf.matmul(matrix, p_hat, transpose_a=True), Collective.ALLREDUCE)],
+                         lambda q_summed: after_q(p_hat, q_summed[0]))
+
+        def after_q(p_hat, q_sum):
+            q_mean = q_sum / tf.cast(ctx.num_workers, q_sum.dtype)
+            estimate = tf.matmul(p_hat, q_mean, transpose_b=True)
+            if self.use_error_feedback:
+                state["residual"].assign(tf.reshape(matrix - estimate, grad.shape))
+            state["q"].assign(q_mean)
+            return tf.reshape(ctx.from_sum(tf.matmul(p_hat, q_sum, transpose_b=True)), grad.shape)
+
+        return Round([Payload(p, Collective.ALLREDUCE)], after_p)
+
+
+class ACPSGD(LowRank):
+    """ACP-SGD: one allreduce per step, of P on even steps and of Q on odd ones."""
+
+    phases = 2
+
+    def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, reuse_query=True,
+                 min_compression_rate=2.0, orthogonalization_epsilon=0.0):
+        super().__init__(matrix_approximation_rank, use_error_feedback, min_compression_rate,
+                         orthogonalization_epsilon)
+        self.reuse_query = reuse_query
+
+    def payload_specs(self, shape, dtype, phase=0):
+        p_shape, q_shape, dtype = self._factor_specs(shape, dtype)
+        return [[PayloadSpec(p_shape if phase == 0 else q_shape, dtype, Collective.ALLREDUCE)]]
+
+    def payload_bytes(self, shape, dtype):
+        """Per step, averaged over the two phases."""
+        return sum(spec.nbytes for phase in (0, 1) for spec in self.payload_specs(shape, dtype, phase)[0]) / 2
+
+    def compress(self, grad, state, ctx):
+        matrix = self._matrix(grad, state)
+        sent_name, query_name = ("p", "q") if ctx.phase == 0 else ("q", "p")
+        query_var = state[query_name]
+        fresh = self._random_factor(query_var.shape, grad.dtype, ctx, salt=20 + ctx.phase)
+        query = self._kept_or_fresh(query_var, fresh) if self.reuse_query else fresh()
+        query = orthonormalize(query, self.orthogonalization_epsilon)
+        if ctx.phase == 0:
+            sent = tf.matmul(matrix, query)  # P = (M + E) Q
+            local_estimate = tf.matmul(sent, query, transpose_b=True)
+        else:
+            sent = tf.matmul(matrix, query, transpose_a=True)  # Q = (M + E)^T P
+            local_estimate = tf.matmul(query, sent, transpose_b=True)
+        if self.use_error_feedback:
+            state["residual"].assign(tf.reshape(matrix - local_estimate, grad.shape))
+        query_var.assign(query)
+
+        def finish(summed):
+            total = summed[0]
+            state[sent_name].assign(total / tf.cast(ctx.num_workers, total.dtype))
+            if ctx.phase == 0:
+                estimate = tf.matmul(total, query, transpose_b=True)
+            else:
+                estimate = tf.matmul(query, total, transpose_b=True)
+            return tf.reshape(ctx.from_sum(estimate), grad.shape)
+
+        return Round([Payload(sent, Collective.ALLREDUCE)], finish)
