@@ -16,8 +16,9 @@ from tfcomp.testing.slow_link import emulated_link
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("workers", 2, "Worker processes.")
-flags.DEFINE_list("compressors", ["none", "FP16", "SignSGD", "EFSignSGD", "DGC", "DRAGONN"],
-                  "'none' is tf.distribute's own strategy.")
+flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "DRAGONN", "ACPSGD"],
+                  "'none' is tf.distribute's own strategy; any tfcomp compressor name (SignSGD, TopK, "
+                  "RandomK, PowerSGD, ...) can be added.")
 flags.DEFINE_float("loopback_gbps", 4.0, "What unshaped loopback carries between two Python processes "
                    "(measured 3.5-4.3 Gbit/s); tensor selection plans for it.")
 flags.DEFINE_integer("epochs", 8, "Training epochs per run.")

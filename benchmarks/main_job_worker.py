@@ -11,6 +11,7 @@ from absl import app, flags
 
 import tfcomp
 from models import digits
+from tfcomp.compressors.lowrank import LowRank
 from tfcomp.compressors.sparse import Sparsifier
 from tfcomp.selection import EfficiencyAwareSelection, Network
 
@@ -24,13 +25,16 @@ flags.DEFINE_float("bandwidth_gbps", 10.0, "The link tensor selection plans for 
 
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
-# The digits MLP is small: keep 1% rather than the papers' 0.1%.
+# The digits MLP is small: keep 1% rather than the papers' 0.1%, and rank 4.
 SPARSE_RATIO = 0.01
+RANK = 4
 
 
 def strategy_options(name):
     """The compressor, and for the sparsifiers tensor selection planned for this link."""
     cls = getattr(tfcomp, name)
+    if issubclass(cls, LowRank):
+        return {"compression": cls(RANK)}
     if not issubclass(cls, Sparsifier):
         return {"compression": cls}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))
