@@ -92,7 +92,7 @@ echo "build_gpu_library: wrote $OUT/_tfcomp_ops.so"
 for src in custom_ops/*/cuda_test/*.cu; do
   [[ -e $src ]] || continue
   name=$(basename "$src" .cu)
-  "$NVCC" -c -x cu -std=c++17 -O2 -I"$PWD" --threads 0 "${GENCODE[@]}" "$src" -o "$OUT/obj/$name.o" \
+  "$NVCC" -c -x cu -std=c++17 -O2 -I"$PWD" --expt-relaxed-constexpr --threads 0 "${GENCODE[@]}" "$src" -o "$OUT/obj/$name.o" \
     || die "compiling $src failed"
   g++ -o "$OUT/tests/$name" "$OUT/obj/$name.o" -L"$CUDA_HOME/lib64" -l:libcudart.so.12 \
     -Wl,-rpath,"$CUDA_HOME/lib64" || die "linking $src failed (libcudart.so.12 in $CUDA_HOME/lib64?)"

@@ -31,18 +31,24 @@ import tensorflow as tf
 from tensorflow.python.framework import kernels
 
 tf.load_op_library(sys.argv[1])
-want = {tf.half, tf.bfloat16, tf.float32, tf.float64}
-for op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority"):
-    gpu_types = {tf.dtypes.as_dtype(c.allowed_values.list.type[0])
+floats = {tf.half, tf.bfloat16, tf.float32, tf.float64}
+sign_ops = ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority")
+sparse_ops = ("TfcompHashSelect", "TfcompSparseDecode")
+for op in sign_ops + ("TfcompSampledThreshold",) + sparse_ops:
+    # One (T, Tindex) pair per GPU kernel; the sign ops and the threshold have no Tindex.
+    gpu_types = {tuple(tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name
+                       for c in sorted(k.constraint, key=lambda c: c.name))
                  for k in kernels.get_registered_kernels_for_op(op).kernel
-                 if k.device_type == "GPU" for c in k.constraint}
-    assert gpu_types == want, f"{op}: GPU kernels for {sorted(t.name for t in gpu_types)}"
+                 if k.device_type == "GPU"}
+    indices = ("int32", "int64") if op in sparse_ops else (None,)
+    want = {(t.name, i) if i else (t.name,) for t in floats for i in indices}
+    assert gpu_types == want, f"{op}: GPU kernels for {sorted(gpu_types)}"
 print(f"cuda_check: GPU kernels registered, library loads in TensorFlow {tf.__version__}")
 EOF
 
 # The op tests against the GPU build: its CPU kernels everywhere (one library
 # serves CPU-only users), and on a GPU machine the GPU kernels against the CPU ones.
-TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/test_sign_ops.py \
+TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/test_sign_ops.py tests/test_sparse_ops.py \
   || die "the op tests fail against $LIB"
 
 for test in "$OUT"/tests/*; do

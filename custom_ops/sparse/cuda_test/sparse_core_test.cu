@@ -1,10 +1,10 @@
 // Standalone test of the sparse CUDA kernels (no TensorFlow): runs hashed
 // selection and sparse decode on the GPU for __half, float and double with
 // int32 and int64 indices, and the sampled threshold for each of those types,
-// and compares them with sequential CPU references built from sparse_core.h. Selected indices and values must match bit for bit;
-// decoded values too, except that any NaN matches any NaN (GPU arithmetic
-// returns the canonical NaN, x86 the operand's payload); thresholds too, except
-// that +0 matches -0.
+// and compares them with sequential CPU references built from sparse_core.h.
+// Selected indices and values must match bit for bit; decoded values too,
+// except that any NaN matches any NaN (GPU arithmetic returns the canonical
+// NaN, x86 the operand's payload); thresholds too, except that +0 matches -0.
 // Exit status: 0 pass, 1 failure, 77 no CUDA device (skip).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -276,7 +276,7 @@ void CheckThresholdType() {
       for (int64_t num_samples : sample_counts) {
         const int64_t ks[] = {1, 2, (num_samples + 1) / 2, num_samples - 1, num_samples};
         for (int64_t k : ks) {
-          if (k >= 1) CheckThreshold<T>(g, d_g, num_samples, k);
+          if (k >= 1 && k <= num_samples) CheckThreshold<T>(g, d_g, num_samples, k);
         }
       }
     }
@@ -288,7 +288,10 @@ void CheckThresholdType() {
     ties[i] = FromDouble<T>(v[NextRandom() % 5]);
   }
   const DeviceArray<T> d_ties(ties);
-  for (int64_t k : {1, 100, 1000, 2000, 3000, 4000, 4096}) CheckThreshold<T>(ties, d_ties, 4096, k);
+  for (int64_t k : {1, 100, 1000, 2000, 3000, 4000, 4096}) {
+    CheckThreshold<T>(ties, d_ties, 4096, k);  // sampled
+    CheckThreshold<T>(ties, d_ties, 8192, k);  // all of it
+  }
   CHECK_CUDA(cudaDeviceSynchronize());
   std::printf("%-6s sampled threshold: %s\n", TypeName<T>(),
               g_failures > failures_before ? "FAILED" : "ok");

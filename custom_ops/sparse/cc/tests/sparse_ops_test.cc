@@ -2,19 +2,23 @@
 // TfcompHashSelect against a sequential reference (pass i = 0..n-1, write i to
 // slot h(i) when selected: the last writer, the largest index, wins) bit for
 // bit, plus its invariants; TfcompSparseDecode against an in-order reference
-// bit for bit; and the argument errors.
+// bit for bit; TfcompSampledThreshold against a reference that samples at
+// SamplePosition and sorts (bit for bit, but +0 and -0 match); and the
+// argument errors.
 //
 // Usage: sparse_ops_test path/to/_tfcomp_ops.so   (or TFCOMP_OPS_LIB=...)
 // Prints "N passed, M failed" and exits nonzero on a failure.
 //
 // The reference hash reuses HashFromSeed and HashSlot of sparse_core.h, which
-// sparse_core_test checks against an __int128 reference.
+// sparse_core_test checks against an __int128 reference, and the threshold's
+// reference its SamplePosition.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -204,7 +208,25 @@ class SparseGraph {
   TF_Output decode_values, decode_n;
   std::map<TF_DataType, TF_Output> decode_indices, decode_out;
 
-  explicit SparseGraph(TF_DataType type) : graph_(TF_NewGraph()) {
+  // TfcompSampledThreshold(g, seed) with these attrs, added on first use (the
+  // session picks up nodes added to its graph before the next run).
+  TF_Output Threshold(int64_t num_samples, int64_t k) {
+    TF_Output& out = threshold_ops_[{num_samples, k}];
+    if (out.oper == nullptr) {
+      const std::string name =
+          "threshold_" + std::to_string(num_samples) + "_" + std::to_string(k);
+      TF_OperationDescription* d = TF_NewOperation(graph_, "TfcompSampledThreshold", name.c_str());
+      TF_AddInput(d, g);
+      TF_AddInput(d, seed);
+      TF_SetAttrType(d, "T", type_);
+      TF_SetAttrInt(d, "num_samples", num_samples);
+      TF_SetAttrInt(d, "k", k);
+      out = {Finish(d, name.c_str()), 0};
+    }
+    return out;
+  }
+
+  explicit SparseGraph(TF_DataType type) : graph_(TF_NewGraph()), type_(type) {
     g = Placeholder("g", type);
     threshold = Placeholder("threshold", type);
     seed = Placeholder("seed", TF_INT64);
@@ -289,7 +311,9 @@ class SparseGraph {
   }
 
   TF_Graph* graph_;
+  TF_DataType type_;
   TF_Session* session_ = nullptr;
+  std::map<std::pair<int64_t, int64_t>, TF_Output> threshold_ops_;
 };
 
 Tensor Scalar64(int64_t v) { return MakeTensor<int64_t>(TF_INT64, {}, {v}); }
@@ -563,6 +587,138 @@ void CheckDecode(SparseGraph& graph, int64_t n, int k, int64_t length, std::mt19
   }
 }
 
+// ---- SampledThreshold ----------------------------------------------------------
+
+// The sample's magnitudes, largest first: all of g when n <= num_samples, else
+// g at SamplePosition(s) for s < num_samples; |NaN| counts as +Inf.
+template <typename Tr>
+std::vector<double> RefSortedSample(const std::vector<typename Tr::S>& g,
+                                    tfcomp::sparse::HashParams hash, int64_t num_samples) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<double> sample;
+  for (int64_t s = 0; s < std::min(n, num_samples); ++s) {
+    const int64_t i = n <= num_samples ? s : tfcomp::sparse::SamplePosition(hash, s, num_samples, n);
+    const double magnitude = std::fabs(Tr::ToDouble(g[i]));
+    sample.push_back(std::isnan(magnitude) ? std::numeric_limits<double>::infinity() : magnitude);
+  }
+  std::sort(sample.begin(), sample.end(), std::greater<double>());
+  return sample;
+}
+
+// The k-th largest (k clipped to the sample size) in g's dtype; 0 for an empty g.
+template <typename Tr>
+typename Tr::S RefThreshold(const std::vector<double>& sorted_sample, int64_t k) {
+  if (sorted_sample.empty()) return Tr::FromDouble(0);
+  return Tr::FromDouble(sorted_sample[std::min<int64_t>(k, sorted_sample.size()) - 1]);
+}
+
+// Runs the op on g (shape dims) and checks it against the reference for every k.
+template <typename Tr>
+void CheckThreshold(SparseGraph& graph, const std::vector<typename Tr::S>& g,
+                    std::vector<int64_t> dims, int64_t num_samples, const std::vector<int64_t>& ks,
+                    int64_t seed0, int64_t seed1, const std::string& what) {
+  using S = typename Tr::S;
+  const std::vector<double> sorted = RefSortedSample<Tr>(
+      g, tfcomp::sparse::HashFromSeed(static_cast<uint64_t>(seed0), static_cast<uint64_t>(seed1)),
+      num_samples);
+  for (int64_t k : ks) {
+    const std::string where = what + ", num_samples " + std::to_string(num_samples) + ", k " +
+                              std::to_string(k);
+    std::vector<Tensor> out;
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.g, MakeTensor(Tr::kType, dims, g));
+    feeds.emplace_back(graph.seed, MakeTensor<int64_t>(TF_INT64, {2}, {seed0, seed1}));
+    const Status s = graph.Run(std::move(feeds), {graph.Threshold(num_samples, k)}, &out);
+    CHECK(s.ok()) << where << ": " << s.message;
+    if (!s.ok()) continue;
+    CHECK(Shape(out[0]).empty()) << where << ": the threshold is not a scalar";
+    const std::vector<S> got = Values<S>(out[0]);
+    CHECK(got.size() == 1) << where << ": " << got.size() << " elements";
+    if (got.size() != 1) continue;
+    const S want = RefThreshold<Tr>(sorted, k);
+    // +0 and -0 are one magnitude to the order; which of them a tie leaves is open.
+    const bool zeros = Tr::ToDouble(got[0]) == 0 && Tr::ToDouble(want) == 0;
+    CHECK(Bits(got[0]) == Bits(want) || zeros)
+        << where << ": " << Tr::ToDouble(got[0]) << " (bits 0x" << std::hex << Bits(got[0])
+        << "), the reference " << std::dec << Tr::ToDouble(want) << " (bits 0x" << std::hex
+        << Bits(want) << ")";
+  }
+}
+
+// 1, 2, the middle and num_samples; more than the sample holds when n is smaller.
+std::vector<int64_t> ThresholdKs(int64_t num_samples) {
+  std::set<int64_t> ks = {1, std::min<int64_t>(2, num_samples), (num_samples + 1) / 2, num_samples};
+  return std::vector<int64_t>(ks.begin(), ks.end());
+}
+
+// Few distinct magnitudes, +-0 among them: ties at every rank.
+template <typename Tr>
+std::vector<typename Tr::S> MakeTies(int64_t n, std::mt19937_64& rng) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double choices[] = {0.0, -0.0, 0.5, -0.5, 2.0, -2.0, inf, NAN};
+  std::vector<typename Tr::S> g(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = Tr::FromDouble(choices[rng() % (i % 50 ? 6 : 8)]);
+  return g;
+}
+
+template <typename Tr>
+void TestThreshold(SparseGraph& graph, int64_t n, std::mt19937_64& rng) {
+  // 1, 7 (one partial run), 512 (two full runs), 1000, 5000, n - 1 (the most
+  // that is still sampled), n (all of g) and 2^17 > every n.
+  std::set<int64_t> sample_counts = {1, 7, 512, 1000, 5000, int64_t{1} << 17};
+  if (n > 1) sample_counts.insert(n - 1);
+  if (n > 0) sample_counts.insert(n);
+  const char* kinds[] = {"finite", "nan/inf", "ties"};
+  for (int kind = 0; kind < 3; ++kind) {
+    const auto g = kind < 2 ? MakeG<Tr>(n, kind == 1, rng) : MakeTies<Tr>(n, rng);
+    for (const auto& seed : kSeeds) {
+      const std::string what = std::string(kinds[kind]) + ", seed (" + std::to_string(seed[0]) +
+                               ", " + std::to_string(seed[1]) + ")";
+      for (int64_t num_samples : sample_counts) {
+        CheckThreshold<Tr>(graph, g, {n}, num_samples, ThresholdKs(num_samples), seed[0], seed[1],
+                           what);
+      }
+    }
+  }
+}
+
+template <typename Tr>
+void TestThresholdSpelledOut(SparseGraph& graph, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  auto run = [&](const std::vector<S>& g, std::vector<int64_t> dims, int64_t num_samples,
+                 int64_t k) -> double {
+    std::vector<Tensor> out;
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.g, MakeTensor(Tr::kType, dims, g));
+    feeds.emplace_back(graph.seed, MakeTensor<int64_t>(TF_INT64, {2}, {4, 5}));
+    const Status s = graph.Run(std::move(feeds), {graph.Threshold(num_samples, k)}, &out);
+    CHECK(s.ok()) << s.message;
+    return s.ok() ? Tr::ToDouble(Values<S>(out[0]).at(0)) : -1;
+  };
+  std::vector<S> g;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double v : {-3.0, 0.5, std::nan(""), 2.0, -inf, 1.0}) g.push_back(Tr::FromDouble(v));
+  // The whole of g: |.| = 3, 0.5, +inf (NaN), 2, +inf, 1.
+  CHECK(std::isinf(run(g, {6}, 6, 1)));
+  CHECK(std::isinf(run(g, {6}, 6, 2)));
+  CHECK(run(g, {6}, 6, 3) == 3);
+  CHECK(run(g, {2, 3}, 100, 4) == 2);  // any shape; num_samples > n
+  CHECK(run(g, {6}, 6, 6) == 0.5);
+  CHECK(run(g, {6}, 100, 100) == 0.5);  // k clipped to the sample: the smallest
+  CHECK(run({}, {0}, 7, 7) == 0);
+  CHECK(run({Tr::FromDouble(-0.25)}, {}, 3, 2) == 0.25);  // a scalar g
+  // n > num_samples: every sample lies in g.
+  const auto big = MakeG<Tr>(20000, false, rng);
+  double largest = 0;
+  for (const S& v : big) largest = std::max(largest, std::fabs(Tr::ToDouble(v)));
+  const double t = run(big, {20000}, 300, 1);
+  CHECK(t > 0 && t <= largest) << t;
+  CHECK(std::find_if(big.begin(), big.end(), [&](S v) {
+          return std::fabs(Tr::ToDouble(v)) == t;
+        }) != big.end())
+      << t << " is not a magnitude of g";
+}
+
 // ---- Per dtype -----------------------------------------------------------------
 
 template <typename Tr, typename Ix>
@@ -618,6 +774,12 @@ void TestDtype() {
   TestDtypeIndex<Tr, Int32Index>(graph, rng);
   TestDtypeIndex<Tr, Int64Index>(graph, rng);
   Case(std::string("select/") + Tr::kName + "/shapes", [&] { TestSelectShapes<Tr>(graph, rng); });
+  for (int64_t n : kSizes) {
+    Case(std::string("threshold/") + Tr::kName + "/n=" + std::to_string(n),
+         [&] { TestThreshold<Tr>(graph, n, rng); });
+  }
+  Case(std::string("threshold/") + Tr::kName + "/spelled out",
+       [&] { TestThresholdSpelledOut<Tr>(graph, rng); });
 }
 
 // ---- Errors --------------------------------------------------------------------
@@ -709,6 +871,35 @@ void TestErrors() {
   Case("errors/select edges are fine", [&] {
     const Status s = select({}, {2});
     CHECK(s.ok()) << s.message;
+  });
+
+  auto threshold = [&](int64_t n, std::vector<int64_t> seed_dims, int64_t num_samples, int64_t k) {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.g, MakeTensor(TF_FLOAT, {n}, std::vector<float>(n, 1.f)));
+    int64_t seed_count = 1;
+    for (int64_t d : seed_dims) seed_count *= d;
+    feeds.emplace_back(graph.seed,
+                       MakeTensor(TF_INT64, seed_dims, std::vector<int64_t>(seed_count, 3)));
+    return graph.Run(std::move(feeds), {graph.Threshold(num_samples, k)}, &out);
+  };
+  Case("errors/threshold seed shape", [&] {
+    for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{}, {1}, {3}, {2, 1}, {1, 2}}) {
+      CheckError(threshold(10, dims, 4, 2), "seed must be an int64 vector of 2 elements");
+      CheckError(threshold(0, dims, 4, 2), "seed must be an int64 vector of 2 elements");
+    }
+  });
+  Case("errors/threshold k > num_samples", [&] {
+    CheckError(threshold(10, {2}, 2, 3), "k = 3 is larger than num_samples = 2");
+    CheckError(threshold(1, {2}, 1, 2), "k = 2 is larger than num_samples = 1");
+    CheckError(threshold(0, {2}, 5, 6), "k = 6 is larger than num_samples = 5");  // even for an empty g
+  });
+  Case("errors/threshold edges are fine", [&] {
+    for (int64_t n : {0, 1, 10}) {
+      Status s = threshold(n, {2}, 2, 2);
+      CHECK(s.ok()) << "n = " << n << ": " << s.message;
+      s = threshold(n, {2}, 1, 1);
+      CHECK(s.ok()) << "n = " << n << ": " << s.message;
+    }
   });
 }
 
