@@ -34,8 +34,8 @@ tf.load_op_library(sys.argv[1])
 floats = {tf.half, tf.bfloat16, tf.float32, tf.float64}
 sign_ops = ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority")
 sparse_ops = ("TfcompHashSelect", "TfcompSparseDecode")
-for op in sign_ops + ("TfcompSampledThreshold",) + sparse_ops:
-    # One (T, Tindex) pair per GPU kernel; the sign ops and the threshold have no Tindex.
+for op in sign_ops + ("TfcompSampledThreshold", "TfcompLowRankResidual") + sparse_ops:
+    # One (T, Tindex) pair per GPU kernel; only the sparse ops have a Tindex.
     gpu_types = {tuple(tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name
                        for c in sorted(k.constraint, key=lambda c: c.name))
                  for k in kernels.get_registered_kernels_for_op(op).kernel
@@ -49,6 +49,7 @@ EOF
 # The op tests against the GPU build: its CPU kernels everywhere (one library
 # serves CPU-only users), and on a GPU machine the GPU kernels against the CPU ones.
 TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/test_sign_ops.py tests/test_sparse_ops.py \
+  tests/test_lowrank_ops.py \
   || die "the op tests fail against $LIB"
 
 for test in "$OUT"/tests/*; do

@@ -1,0 +1,109 @@
+// CUDA kernel of the low-rank residual op and its launcher, on plain pointers
+// and a stream: no TensorFlow, no Eigen. Included by lowrank_kernels.cu.cc (T =
+// Eigen::half, Eigen::bfloat16, float, double) and by the standalone test
+// cuda_test/lowrank_core_test.cu (T = __half, float, double). Every element is
+// evaluated as lowrank_core.h says (ResidualStep for j in order), so the
+// results match the CPU kernels bit for bit (subnormals aside: the CPU flushes
+// them, the GPU keeps them).
+#ifndef TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CUDA_KERNELS_CU_H_
+#define TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CUDA_KERNELS_CU_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lowrank_core.h"
+
+namespace tfcomp {
+namespace lowrank {
+namespace cuda {
+
+// A block computes a tile of kTileRows x kTileCols elements with kTileCols x
+// kBlockRows threads, each thread kTileRows / kBlockRows rows of one column. The
+// rank is walked in chunks of kRankChunk: the chunk of p (tile rows) and of q
+// (tile columns) is staged in shared memory, so each value of q read from
+// global memory serves kTileRows elements and each value of p kTileCols.
+// Consecutive threads take consecutive columns: m and the residual move in
+// coalesced rows.
+constexpr int kTileCols = 32;
+constexpr int kBlockRows = 8;
+constexpr int kTileRows = 32;
+constexpr int kRowsPerThread = kTileRows / kBlockRows;
+constexpr int kRankChunk = 32;
+constexpr int64_t kMaxGridRows = 65535;  // CUDA's limit on gridDim.y
+
+template <typename T>
+using Acc = typename Accumulator<T>::type;
+
+template <typename T>
+__global__ void __launch_bounds__(kTileCols* kBlockRows)
+    LowRankResidualKernel(const T* m, const T* __restrict__ p,
+                          const T* __restrict__ q, int64_t n, int64_t k, int64_t r,
+                          T* out) {  // out may be m: each element is read before it is written
+  __shared__ Acc<T> q_tile[kRankChunk][kTileCols + 1];  // [j][col], padded against bank conflicts
+  __shared__ Acc<T> p_tile[kTileRows][kRankChunk + 1];  // [row][j]
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int thread = ty * kTileCols + tx;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileCols;
+  const int64_t c = col0 + tx;
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows; row0 < n;
+       row0 += static_cast<int64_t>(gridDim.y) * kTileRows) {
+    Acc<T> acc[kRowsPerThread];
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      const int64_t i = row0 + ty + u * kBlockRows;
+      acc[u] = i < n && c < k ? static_cast<Acc<T>>(m[i * k + c]) : Acc<T>(0);
+    }
+    for (int64_t j0 = 0; j0 < r; j0 += kRankChunk) {
+      __syncthreads();  // the previous chunk is used up
+      // Consecutive threads read consecutive j of one row of q (or p).
+      for (int e = thread; e < kRankChunk * kTileCols; e += kTileCols * kBlockRows) {
+        const int jj = e % kRankChunk, cc = e / kRankChunk;
+        const int64_t j = j0 + jj, col = col0 + cc;
+        q_tile[jj][cc] = j < r && col < k ? static_cast<Acc<T>>(q[col * r + j]) : Acc<T>(0);
+      }
+      for (int e = thread; e < kRankChunk * kTileRows; e += kTileCols * kBlockRows) {
+        const int jj = e % kRankChunk, rr = e / kRankChunk;
+        const int64_t j = j0 + jj, row = row0 + rr;
+        p_tile[rr][jj] = j < r && row < n ? static_cast<Acc<T>>(p[row * r + j]) : Acc<T>(0);
+      }
+      __syncthreads();
+      const int chunk = r - j0 < kRankChunk ? static_cast<int>(r - j0) : kRankChunk;
+      for (int jj = 0; jj < chunk; ++jj) {
+        const Acc<T> qv = q_tile[jj][tx];
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u) {
+          acc[u] = ResidualStep(acc[u], p_tile[ty + u * kBlockRows][jj], qv);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      const int64_t i = row0 + ty + u * kBlockRows;
+      if (i < n && c < k) out[i * k + c] = static_cast<T>(acc[u]);
+    }
+    __syncthreads();  // the next row tile overwrites p_tile
+  }
+}
+
+// out[n, k] = m[n, k] - p[n, r] q[k, r]^T on the stream; out may be m.
+// Returns the launch error.
+template <typename T>
+cudaError_t LaunchLowRankResidual(const T* m, const T* p, const T* q, int64_t n, int64_t k,
+                                  int64_t r, T* out, cudaStream_t stream) {
+  if (n > 0 && k > 0) {
+    const int64_t col_tiles = (k + kTileCols - 1) / kTileCols;
+    const int64_t row_tiles = (n + kTileRows - 1) / kTileRows;
+    const dim3 grid(static_cast<unsigned int>(col_tiles),
+                    static_cast<unsigned int>(row_tiles < kMaxGridRows ? row_tiles : kMaxGridRows));
+    LowRankResidualKernel<T><<<grid, dim3(kTileCols, kBlockRows), 0, stream>>>(m, p, q, n, k, r,
+                                                                               out);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace lowrank
+}  // namespace tfcomp
+
+#endif  // TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CUDA_KERNELS_CU_H_

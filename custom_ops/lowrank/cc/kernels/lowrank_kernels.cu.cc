@@ -1,0 +1,38 @@
+// GPU functor of the low-rank residual op: the kernel of
+// lowrank_cuda_kernels.cu.h, launched on the op's stream. The OpKernel and its
+// GPU registrations are in lowrank_kernels.cc.
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU
+
+#include "lowrank_cuda_kernels.cu.h"
+#include "lowrank_kernels.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace tfcomp {
+namespace functor {
+
+using GPUDevice = Eigen::GpuDevice;
+
+template <typename T>
+struct LowRankResidual<GPUDevice, T> {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* m, const T* p, const T* q, int64_t n,
+                  int64_t k, int64_t r, T* out) {
+    const cudaError_t err = lowrank::cuda::LaunchLowRankResidual(
+        m, p, q, n, k, r, out, ctx->eigen_device<GPUDevice>().stream());
+    if (err != cudaSuccess) {
+      ctx->SetStatus(tensorflow::errors::Internal(
+          "tfcomp LowRankResidual: CUDA launch failed: ", cudaGetErrorString(err)));
+    }
+  }
+};
+
+template struct LowRankResidual<GPUDevice, Eigen::half>;
+template struct LowRankResidual<GPUDevice, Eigen::bfloat16>;
+template struct LowRankResidual<GPUDevice, float>;
+template struct LowRankResidual<GPUDevice, double>;
+
+}  // namespace functor
+}  // namespace tfcomp
+
+#endif  // GOOGLE_CUDA

@@ -1,0 +1,61 @@
+// Registration of the low-rank residual op: signature and shape function.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfcomp {
+
+using ::tensorflow::Status;
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+// Merges two dimensions that must agree; the error says which.
+Status MergeDim(InferenceContext* c, DimensionHandle a, DimensionHandle b, const char* what,
+                DimensionHandle* out) {
+  const Status s = c->Merge(a, b, out);
+  if (s.ok()) return s;
+  return ::tensorflow::errors::InvalidArgument(what, ": ", s.message());
+}
+
+Status WithMatrix(InferenceContext* c, int input, const char* what, ShapeHandle* out) {
+  const Status s = c->WithRank(c->input(input), 2, out);
+  if (s.ok()) return s;
+  return ::tensorflow::errors::InvalidArgument(what, " (rank 2): ", s.message());
+}
+
+}  // namespace
+
+REGISTER_OP("TfcompLowRankResidual")
+    .Input("m: T")
+    .Input("p: T")
+    .Input("q: T")
+    .Output("residual: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle m, p, q;
+      TF_RETURN_IF_ERROR(WithMatrix(c, 0, "m must be a matrix [n, k]", &m));
+      TF_RETURN_IF_ERROR(WithMatrix(c, 1, "p must be a matrix [n, r]", &p));
+      TF_RETURN_IF_ERROR(WithMatrix(c, 2, "q must be a matrix [k, r]", &q));
+      DimensionHandle n, k, r;
+      TF_RETURN_IF_ERROR(MergeDim(c, c->Dim(m, 0), c->Dim(p, 0),
+                                  "p must have one row per row of m", &n));
+      TF_RETURN_IF_ERROR(MergeDim(c, c->Dim(m, 1), c->Dim(q, 0),
+                                  "q must have one row per column of m", &k));
+      TF_RETURN_IF_ERROR(MergeDim(c, c->Dim(p, 1), c->Dim(q, 1),
+                                  "p and q must have the same number of columns (the rank r)",
+                                  &r));
+      c->set_output(0, c->Matrix(n, k));
+      return Status();
+    })
+    .Doc(R"doc(
+The error-feedback update of low-rank compression (PowerSGD, ACP-SGD):
+residual = m - p q^T for m [n, k], p [n, r], q [k, r], in one pass over m.
+Element (i, c) starts at m[i, c] and takes fma(-p[i, j], q[c, j], .) for
+j = 0 .. r-1 in order (in float for half and bfloat16), so every device and
+thread count gives the same bits.
+)doc");
+
+}  // namespace tfcomp

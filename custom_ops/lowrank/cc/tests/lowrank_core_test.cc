@@ -1,0 +1,179 @@
+// Unit test of lowrank_core.h and the CPU loops of lowrank_cpu.h (no
+// TensorFlow): ResidualElement against a double-precision reference within a
+// rounding bound, and every instruction-set loop this CPU runs (generic, AVX2,
+// AVX-512) against ResidualElement bit for bit, over ragged shapes (partial
+// panels, partial row blocks, r = 0), in place and with non-temporal stores.
+// Prints "N passed, M failed" and exits nonzero on a failure.
+#include "custom_ops/lowrank/cc/kernels/lowrank_core.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "custom_ops/lowrank/cc/kernels/lowrank_cpu.h"
+#include "custom_ops/testing/check.h"
+
+namespace {
+
+namespace lr = tfcomp::lowrank;
+namespace cpu = tfcomp::lowrank::cpu;
+using tfcomp::testing::Case;
+
+template <typename T>
+bool SameBits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <typename T>
+std::vector<T> Random(int64_t count, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal;
+  std::vector<T> v(count);
+  for (T& x : v) x = static_cast<T>(normal(rng));
+  return v;
+}
+
+template <typename T>
+const char* Name() {
+  return sizeof(T) == 4 ? "float" : "double";
+}
+
+// |ResidualElement - exact| <= (r + 1) eps (|m| + sum |p q|): each of the r
+// fused steps rounds once, with a value bounded by that sum.
+template <typename T>
+void CheckElementAgainstDouble(int64_t n, int64_t k, int64_t r, std::mt19937_64& rng) {
+  const auto m = Random<T>(n * k, rng), p = Random<T>(n * r, rng), q = Random<T>(k * r, rng);
+  const double eps = std::numeric_limits<T>::epsilon();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      double exact = m[i * k + c], magnitude = std::fabs(m[i * k + c]);
+      for (int64_t j = 0; j < r; ++j) {
+        const double term = static_cast<double>(p[i * r + j]) * q[c * r + j];
+        exact -= term;
+        magnitude += std::fabs(term);
+      }
+      const double got = lr::ResidualElement(m.data(), p.data(), q.data(), i, c, k, r);
+      const double bound = (r + 1) * eps * magnitude * (sizeof(T) == 8 ? 2 : 1);
+      CHECK(std::fabs(got - exact) <= bound)
+          << Name<T>() << " (" << i << ", " << c << ") of " << n << "x" << k << " r=" << r
+          << ": " << got << " vs " << exact;
+    }
+  }
+}
+
+// A loop of one instruction set against ResidualElement, bit for bit; also in place.
+template <typename Acc>
+void CheckLoop(cpu::Isa isa, int64_t n, int64_t k, int64_t r, std::mt19937_64& rng,
+               bool specials) {
+  auto m = Random<Acc>(n * k, rng), p = Random<Acc>(n * r, rng), q = Random<Acc>(k * r, rng);
+  if (specials && n * k > 3 && r > 0) {
+    const Acc inf = std::numeric_limits<Acc>::infinity(), nan = std::numeric_limits<Acc>::quiet_NaN();
+    m[1] = nan;
+    m[n * k - 1] = -inf;
+    p[(n - 1) * r] = nan;                 // a row of NaNs
+    q[(k / 2) * r + r - 1] = inf;         // a column of +-Inf
+    if (n > 1) p[0 * r + r - 1] = Acc(0);  // 0 * Inf = NaN in row 0 of that column
+  }
+  const int64_t width = cpu::PanelWidth<Acc>(isa);
+  std::vector<Acc> packed(cpu::PackedSize(k, r, width), Acc(-7));
+  cpu::PackQ(q.data(), k, r, width, 0, cpu::NumPanels(k, width), packed.data());
+  std::vector<Acc> out(n * k, Acc(-3));
+  cpu::ResidualRows(isa, m.data(), p.data(), packed.data(), out.data(), n, k, r);
+  std::vector<Acc> in_place = m;
+  cpu::ResidualRows(isa, in_place.data(), p.data(), packed.data(), in_place.data(), n, k, r);
+  // Non-temporal stores, into a 64-byte aligned buffer (used where k * sizeof(Acc) is a
+  // multiple of 64, ignored elsewhere).
+  std::vector<Acc> storage(n * k + 64 / sizeof(Acc));
+  Acc* streamed = storage.data();
+  while (reinterpret_cast<uintptr_t>(streamed) % 64 != 0) ++streamed;
+  cpu::ResidualRows(isa, m.data(), p.data(), packed.data(), streamed, n, k, r, /*stream=*/true);
+  int reported = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      const Acc want = lr::ResidualElement(m.data(), p.data(), q.data(), i, c, k, r);
+      const Acc got = out[i * k + c];
+      const bool ok = SameBits(got, want) || (std::isnan(got) && std::isnan(want));
+      const bool ok_in_place = SameBits(in_place[i * k + c], got) ||
+                               (std::isnan(got) && std::isnan(in_place[i * k + c]));
+      const bool ok_streamed = SameBits(streamed[i * k + c], got) ||
+                               (std::isnan(got) && std::isnan(streamed[i * k + c]));
+      if ((!ok || !ok_in_place || !ok_streamed) && reported++ < 3) {
+        CHECK(ok) << cpu::IsaName(isa) << " " << Name<Acc>() << " " << n << "x" << k << " r=" << r
+                  << " at (" << i << ", " << c << "): " << got << " vs " << want;
+        CHECK(ok_in_place) << cpu::IsaName(isa) << " in place at (" << i << ", " << c << ")";
+        CHECK(ok_streamed) << cpu::IsaName(isa) << " streamed at (" << i << ", " << c << ")";
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937_64 rng(7);
+  Case("element/float vs double", [&] {
+    for (int64_t r : {0, 1, 4, 32, 64}) CheckElementAgainstDouble<float>(9, 33, r, rng);
+  });
+  Case("element/double vs double", [&] {
+    for (int64_t r : {0, 1, 4, 32, 64}) CheckElementAgainstDouble<double>(9, 33, r, rng);
+  });
+  Case("element/order of the steps", [] {
+    // 1 - 1 * 1 - 2^-30 * 1 in order: (1 - 1) - 2^-30 = -2^-30; summing p q
+    // first would round 1 + 2^-30 to 1 in float and give 0.
+    const float m[] = {1.0f}, p[] = {1.0f, std::ldexp(1.0f, -30)}, q[] = {1.0f, 1.0f};
+    CHECK(lr::ResidualElement(m, p, q, 0, 0, 1, 2) == -std::ldexp(1.0f, -30));
+  });
+  Case("element/one rounding per step", [] {
+    // (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 needs 25 bits: rounded on its own it
+    // is 1 + 2^-11 and the residual 0; fused, the residual is -2^-24 exactly.
+    const float x = 1.0f + std::ldexp(1.0f, -12);
+    const float m[] = {1.0f + std::ldexp(1.0f, -11)}, p[] = {x}, q[] = {x};
+    CHECK(lr::ResidualElement(m, p, q, 0, 0, 1, 1) == -std::ldexp(1.0f, -24));
+  });
+  Case("pack/layout", [] {
+    const int64_t k = 5, r = 2, width = 4;
+    std::vector<float> q(k * r);
+    for (int64_t e = 0; e < k * r; ++e) q[e] = static_cast<float>(e + 1);
+    std::vector<float> packed(cpu::PackedSize(k, r, width), -1.0f);
+    CHECK(packed.size() == 16u);
+    cpu::PackQ(q.data(), k, r, width, 0, cpu::NumPanels(k, width), packed.data());
+    for (int64_t panel = 0; panel < 2; ++panel) {
+      for (int64_t j = 0; j < r; ++j) {
+        for (int64_t col = 0; col < width; ++col) {
+          const int64_t c = panel * width + col;
+          const float want = c < k ? q[c * r + j] : 0.0f;
+          CHECK(packed[(panel * r + j) * width + col] == want) << panel << " " << j << " " << col;
+        }
+      }
+    }
+  });
+  std::printf("CPU: %s\n", cpu::IsaName(cpu::BestIsa()));
+  for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::IsaSupported(isa)) {
+      std::printf("skipping the %s loop: this CPU does not run it\n", cpu::IsaName(isa));
+      continue;
+    }
+    for (bool specials : {false, true}) {
+      const std::string name = std::string("loop/") + cpu::IsaName(isa) + (specials ? "/nan_inf" : "");
+      Case(name + "/float", [&] {
+        for (int64_t n : {1, 3, 4, 5, 9}) {
+          for (int64_t k : {1, 7, 8, 15, 16, 17, 31, 63, 64, 65, 130}) {
+            for (int64_t r : {0, 1, 2, 5, 32, 64}) CheckLoop<float>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+      Case(name + "/double", [&] {
+        for (int64_t n : {1, 3, 4, 5, 9}) {
+          for (int64_t k : {1, 3, 4, 7, 8, 9, 31, 32, 33, 70}) {
+            for (int64_t r : {0, 1, 2, 5, 32, 64}) CheckLoop<double>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+    }
+  }
+  return tfcomp::testing::Summary();
+}

@@ -1,0 +1,483 @@
+// Runs TfcompLowRankResidual of the built op library through the TensorFlow C
+// API, for float, double, half and bfloat16: against a double-precision
+// reference m - p q^T within a rounding bound, and bit for bit against the
+// documented evaluation (acc = m; acc = fma(-p[i, j], q[c, j], acc) for j in
+// order, in float for the 16-bit types; rounded to T); NaN and Inf
+// propagation; the argument errors of the kernel (placeholders of unknown
+// shape) and of the shape function (placeholders of known shape).
+//
+// Usage: lowrank_ops_test path/to/_tfcomp_ops.so   (or TFCOMP_OPS_LIB=...)
+// Prints "N passed, M failed" and exits nonzero on a failure.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "custom_ops/testing/check.h"
+#include "tensorflow/c/c_api.h"
+
+namespace {
+
+using tfcomp::testing::Case;
+
+// ---- The dtypes ----------------------------------------------------------------
+
+template <typename S>
+uint64_t Bits(S x) {
+  uint64_t b = 0;
+  std::memcpy(&b, &x, sizeof(S));
+  return b;
+}
+
+template <typename S>
+S FromBits(uint64_t b) {
+  S x;
+  std::memcpy(&x, &b, sizeof(S));
+  return x;
+}
+
+// float -> half, round to nearest even (what Eigen::half's conversion does).
+uint16_t HalfFromFloat(float f) {
+  const uint16_t sign = static_cast<uint16_t>((Bits(f) >> 16) & 0x8000);
+  if (std::isnan(f)) return sign | 0x7e00;
+  const float a = std::fabs(f);
+  if (a >= 65520.0f) return sign | 0x7c00;
+  if (a == 0) return sign;
+  const int e = std::ilogb(a);
+  const int q = (e < -14 ? -14 : e) - 10;  // the quantum: 2^q
+  const double r = std::nearbyint(std::ldexp(static_cast<double>(a), -q));  // ties to even
+  const uint32_t bits = e < -14 ? static_cast<uint32_t>(r)
+                                : ((e + 15) << 10) + static_cast<uint32_t>(r) - 1024;
+  return static_cast<uint16_t>(sign | bits);
+}
+
+// float -> bfloat16, round to nearest even (Eigen::bfloat16's conversion).
+uint16_t BFloat16FromFloat(float f) {
+  if (std::isnan(f)) return std::signbit(f) ? 0xffc0 : 0x7fc0;
+  const uint32_t x = static_cast<uint32_t>(Bits(f));
+  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+double HalfToDouble(uint16_t h) {
+  const int exponent = (h >> 10) & 31, mantissa = h & 1023;
+  const double v = exponent == 0    ? std::ldexp(mantissa, -24)
+                   : exponent == 31 ? (mantissa ? NAN : INFINITY)
+                                    : std::ldexp(1024 + mantissa, exponent - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+// S: the storage type handed to TensorFlow; Acc: what the kernel computes in;
+// ToAcc / FromAcc: the exact widening and the kernel's rounding back.
+struct Float {
+  using S = float;
+  using Acc = float;
+  static constexpr TF_DataType kType = TF_FLOAT;
+  static constexpr const char* kName = "float";
+  static constexpr double kEps = 0x1p-24;  // unit roundoff of T
+  static Acc ToAcc(S v) { return v; }
+  static S FromAcc(Acc v) { return v; }
+  static S FromDouble(double v) { return static_cast<S>(v); }
+};
+
+struct Double {
+  using S = double;
+  using Acc = double;
+  static constexpr TF_DataType kType = TF_DOUBLE;
+  static constexpr const char* kName = "double";
+  static constexpr double kEps = 0x1p-53;
+  static Acc ToAcc(S v) { return v; }
+  static S FromAcc(Acc v) { return v; }
+  static S FromDouble(double v) { return v; }
+};
+
+struct Half {
+  using S = uint16_t;
+  using Acc = float;
+  static constexpr TF_DataType kType = TF_HALF;
+  static constexpr const char* kName = "half";
+  static constexpr double kEps = 0x1p-11;
+  static Acc ToAcc(S v) { return static_cast<float>(HalfToDouble(v)); }
+  static S FromAcc(Acc v) { return HalfFromFloat(v); }
+  static S FromDouble(double v) { return HalfFromFloat(static_cast<float>(v)); }
+};
+
+struct BFloat16 {
+  using S = uint16_t;
+  using Acc = float;
+  static constexpr TF_DataType kType = TF_BFLOAT16;
+  static constexpr const char* kName = "bfloat16";
+  static constexpr double kEps = 0x1p-8;
+  static Acc ToAcc(S v) { return FromBits<float>(uint64_t{v} << 16); }
+  static S FromAcc(Acc v) { return BFloat16FromFloat(v); }
+  static S FromDouble(double v) { return BFloat16FromFloat(static_cast<float>(v)); }
+};
+
+// ---- TensorFlow C API helpers ----------------------------------------------------
+
+struct TensorDeleter {
+  void operator()(TF_Tensor* t) const { TF_DeleteTensor(t); }
+};
+using Tensor = std::unique_ptr<TF_Tensor, TensorDeleter>;
+
+template <typename S>
+Tensor MakeTensor(TF_DataType type, std::vector<int64_t> dims, const std::vector<S>& values) {
+  TF_Tensor* t = TF_AllocateTensor(type, dims.data(), static_cast<int>(dims.size()),
+                                   values.size() * sizeof(S));
+  if (!values.empty()) std::memcpy(TF_TensorData(t), values.data(), values.size() * sizeof(S));
+  return Tensor(t);
+}
+
+template <typename S>
+std::vector<S> Values(const Tensor& t) {
+  std::vector<S> v(TF_TensorElementCount(t.get()));
+  if (!v.empty()) std::memcpy(v.data(), TF_TensorData(t.get()), v.size() * sizeof(S));
+  return v;
+}
+
+std::vector<int64_t> Shape(const Tensor& t) {
+  std::vector<int64_t> dims(TF_NumDims(t.get()));
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] = TF_Dim(t.get(), static_cast<int>(i));
+  return dims;
+}
+
+struct Status {
+  TF_Code code = TF_OK;
+  std::string message;
+  bool ok() const { return code == TF_OK; }
+};
+
+Status TakeStatus(TF_Status* s) {
+  Status out{TF_GetCode(s), TF_Message(s)};
+  TF_DeleteStatus(s);
+  return out;
+}
+
+void Require(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.message.c_str());
+    std::exit(2);
+  }
+}
+
+// Placeholders m, p, q (of unknown shape unless given) feeding one
+// TfcompLowRankResidual, and a session to run it.
+class ResidualGraph {
+ public:
+  TF_Output m, p, q, residual;
+
+  explicit ResidualGraph(TF_DataType type) : graph_(TF_NewGraph()) {
+    m = Placeholder("m", type, nullptr);
+    p = Placeholder("p", type, nullptr);
+    q = Placeholder("q", type, nullptr);
+    TF_Operation* op = nullptr;
+    Require(AddResidual(graph_, type, m, p, q, &op), "TfcompLowRankResidual");
+    residual = {op, 0};
+    TF_Status* s = TF_NewStatus();
+    TF_SessionOptions* options = TF_NewSessionOptions();
+    session_ = TF_NewSession(graph_, options, s);
+    TF_DeleteSessionOptions(options);
+    Require(TakeStatus(s), "TF_NewSession");
+  }
+
+  ~ResidualGraph() {
+    TF_Status* s = TF_NewStatus();
+    TF_CloseSession(session_, s);
+    TF_DeleteSession(session_, s);
+    TF_DeleteStatus(s);
+    TF_DeleteGraph(graph_);
+  }
+
+  Status Run(Tensor m_value, Tensor p_value, Tensor q_value, Tensor* out) {
+    const TF_Output inputs[] = {m, p, q};
+    TF_Tensor* values[] = {m_value.get(), p_value.get(), q_value.get()};
+    TF_Tensor* raw = nullptr;
+    TF_Status* s = TF_NewStatus();
+    TF_SessionRun(session_, nullptr, inputs, values, 3, &residual, &raw, 1, nullptr, 0, nullptr, s);
+    out->reset(raw);
+    return TakeStatus(s);
+  }
+
+  // Adds the op to `graph`; the status is the shape function's verdict.
+  static Status AddResidual(TF_Graph* graph, TF_DataType type, TF_Output m, TF_Output p,
+                            TF_Output q, TF_Operation** op) {
+    TF_OperationDescription* d = TF_NewOperation(graph, "TfcompLowRankResidual", "residual");
+    for (const TF_Output& in : {m, p, q}) TF_AddInput(d, in);
+    TF_SetAttrType(d, "T", type);
+    TF_Status* s = TF_NewStatus();
+    *op = TF_FinishOperation(d, s);
+    return TakeStatus(s);
+  }
+
+  // A placeholder in `graph` (shape: its dims, or unknown when null).
+  static TF_Output Placeholder(TF_Graph* graph, const char* name, TF_DataType type,
+                               const std::vector<int64_t>* dims) {
+    TF_OperationDescription* d = TF_NewOperation(graph, "Placeholder", name);
+    TF_SetAttrType(d, "dtype", type);
+    if (dims) TF_SetAttrShape(d, "shape", dims->data(), static_cast<int>(dims->size()));
+    TF_Status* s = TF_NewStatus();
+    TF_Operation* op = TF_FinishOperation(d, s);
+    Require(TakeStatus(s), name);
+    return {op, 0};
+  }
+
+ private:
+  TF_Output Placeholder(const char* name, TF_DataType type, const std::vector<int64_t>* dims) {
+    return Placeholder(graph_, name, type, dims);
+  }
+
+  TF_Graph* graph_;
+  TF_Session* session_ = nullptr;
+};
+
+// ---- Values and references -------------------------------------------------------
+
+// Magnitudes in [2^-5, 2^3), either sign, 8 significant bits: exact in every
+// dtype, and far from the subnormals TensorFlow's CPU threads flush.
+template <typename Tr>
+std::vector<typename Tr::S> RandomValues(int64_t count, std::mt19937_64& rng) {
+  std::vector<typename Tr::S> v(count);
+  for (auto& x : v) {
+    const int exponent = -5 + static_cast<int>(rng() % 8);
+    const double mantissa = 1.0 + static_cast<double>(rng() % 128) / 128;
+    x = Tr::FromDouble((rng() & 1 ? -1 : 1) * std::ldexp(mantissa, exponent));
+  }
+  return v;
+}
+
+template <typename Tr>
+typename Tr::S Documented(const std::vector<typename Tr::S>& m, const std::vector<typename Tr::S>& p,
+                          const std::vector<typename Tr::S>& q, int64_t i, int64_t c, int64_t k,
+                          int64_t r) {
+  typename Tr::Acc acc = Tr::ToAcc(m[i * k + c]);
+  for (int64_t j = 0; j < r; ++j) acc = std::fma(-Tr::ToAcc(p[i * r + j]), Tr::ToAcc(q[c * r + j]), acc);
+  return Tr::FromAcc(acc);
+}
+
+struct Problem {
+  int64_t n, k, r;
+};
+
+std::string Describe(const Problem& pr) {
+  return std::to_string(pr.n) + "x" + std::to_string(pr.k) + " r=" + std::to_string(pr.r);
+}
+
+template <typename Tr>
+void CheckValues(ResidualGraph& graph, const Problem& pr, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  const int64_t n = pr.n, k = pr.k, r = pr.r;
+  const auto m = RandomValues<Tr>(n * k, rng), p = RandomValues<Tr>(n * r, rng),
+             q = RandomValues<Tr>(k * r, rng);
+  Tensor out;
+  const Status s = graph.Run(MakeTensor(Tr::kType, {n, k}, m), MakeTensor(Tr::kType, {n, r}, p),
+                             MakeTensor(Tr::kType, {k, r}, q), &out);
+  CHECK(s.ok()) << Describe(pr) << ": " << s.message;
+  if (!s.ok()) return;
+  CHECK((Shape(out) == std::vector<int64_t>{n, k})) << Describe(pr) << ": output shape";
+  const std::vector<S> got = Values<S>(out);
+  if (static_cast<int64_t>(got.size()) != n * k) return;
+  const double unit = Tr::kEps, acc_unit = std::is_same_v<typename Tr::Acc, float> ? 0x1p-24 : 0x1p-53;
+  int reported = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      double exact = Tr::ToAcc(m[i * k + c]), magnitude = std::fabs(exact);
+      for (int64_t j = 0; j < r; ++j) {
+        const double term = static_cast<double>(Tr::ToAcc(p[i * r + j])) * Tr::ToAcc(q[c * r + j]);
+        exact -= term;
+        magnitude += std::fabs(term);
+      }
+      const double value = Tr::ToAcc(got[i * k + c]);
+      // r roundings in Acc, one to T (relative, or absolute near T's subnormals).
+      const double bound = r * acc_unit * magnitude * 1.01 + unit * std::fabs(exact) * 1.01 + 0x1p-24;
+      const bool close = std::fabs(value - exact) <= bound;
+      const bool exactly = Bits(got[i * k + c]) == Bits(Documented<Tr>(m, p, q, i, c, k, r));
+      if ((!close || !exactly) && reported++ < 3) {
+        CHECK(close) << Tr::kName << " " << Describe(pr) << " at (" << i << ", " << c
+                     << "): " << value << ", exact " << exact << ", bound " << bound;
+        CHECK(exactly) << Tr::kName << " " << Describe(pr) << " at (" << i << ", " << c
+                       << "): bits 0x" << std::hex << Bits(got[i * k + c]) << " != 0x"
+                       << Bits(Documented<Tr>(m, p, q, i, c, k, r));
+      }
+    }
+  }
+}
+
+template <typename Tr>
+void CheckSpecials(ResidualGraph& graph) {
+  using S = typename Tr::S;
+  const int64_t n = 5, k = 70, r = 3;
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  std::vector<S> m(n * k, Tr::FromDouble(1)), p(n * r, Tr::FromDouble(0.5)), q(k * r, Tr::FromDouble(0.25));
+  m[0 * k + 3] = Tr::FromDouble(nan);   // element (0, 3)
+  m[1 * k + 4] = Tr::FromDouble(-inf);  // element (1, 4)
+  p[2 * r + 1] = Tr::FromDouble(nan);   // row 2
+  q[60 * r + 2] = Tr::FromDouble(inf);  // column 60 ...
+  p[3 * r + 2] = Tr::FromDouble(0);     // ... NaN in row 3 (0 * Inf)
+  Tensor out;
+  const Status s = graph.Run(MakeTensor(Tr::kType, {n, k}, m), MakeTensor(Tr::kType, {n, r}, p),
+                             MakeTensor(Tr::kType, {k, r}, q), &out);
+  CHECK(s.ok()) << s.message;
+  if (!s.ok()) return;
+  const std::vector<S> got = Values<S>(out);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      const double v = Tr::ToAcc(got[i * k + c]);
+      if (i == 2 || (i == 0 && c == 3) || (i == 3 && c == 60)) {
+        CHECK(std::isnan(v)) << "(" << i << ", " << c << ") = " << v << ", want NaN";
+      } else if (c == 60) {
+        CHECK(v == -inf) << "(" << i << ", " << c << ") = " << v << ", want -Inf";
+      } else if (i == 1 && c == 4) {
+        CHECK(v == -inf) << "(" << i << ", " << c << ") = " << v << ", want -Inf";
+      } else {
+        const double want = i == 3 ? 1 - 2 * 0.125 : 1 - 3 * 0.125;  // p[3, 2] = 0
+        CHECK(v == want) << "(" << i << ", " << c << ") = " << v << ", want " << want;
+      }
+    }
+  }
+}
+
+const Problem kProblems[] = {{1, 1, 1},   {7, 5, 2},   {256, 256, 4}, {300, 17, 32}, {65, 130, 64},
+                             {9, 33, 1},  {4, 3, 0},   {0, 5, 2},     {5, 0, 2},     {0, 0, 0},
+                             {1023, 97, 8},
+                             {1024, 2048, 4}};  // 8 MiB of float: non-temporal stores
+
+template <typename Tr>
+void TestDtype() {
+  ResidualGraph graph(Tr::kType);
+  std::mt19937_64 rng(11);
+  for (const Problem& pr : kProblems) {
+    Case(std::string("values/") + Tr::kName + "/" + Describe(pr),
+         [&] { CheckValues<Tr>(graph, pr, rng); });
+  }
+  Case(std::string("specials/") + Tr::kName, [&] { CheckSpecials<Tr>(graph); });
+}
+
+// ---- Errors ----------------------------------------------------------------------
+
+void CheckError(const Status& s, const std::string& needle) {
+  CHECK(s.code == TF_INVALID_ARGUMENT) << "code " << s.code << " (" << s.message << ")";
+  CHECK(s.message.find(needle) != std::string::npos)
+      << "message \"" << s.message << "\" does not name \"" << needle << "\"";
+}
+
+void TestErrors() {
+  ResidualGraph graph(TF_FLOAT);
+  auto run = [&](std::vector<int64_t> m_dims, std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
+    auto filled = [](const std::vector<int64_t>& dims) {
+      int64_t count = 1;
+      for (int64_t d : dims) count *= d;
+      return MakeTensor(TF_FLOAT, dims, std::vector<float>(count, 1.0f));
+    };
+    Tensor out;
+    return graph.Run(filled(m_dims), filled(p_dims), filled(q_dims), &out);
+  };
+  Case("errors/kernel ranks", [&] {
+    CheckError(run({6}, {6, 2}, {1, 2}), "m must be a matrix [n, k] (rank 2), got shape [6]");
+    CheckError(run({2, 3, 1}, {2, 2}, {3, 2}), "m must be a matrix [n, k] (rank 2), got shape [2,3,1]");
+    CheckError(run({}, {2, 2}, {3, 2}), "m must be a matrix");
+    CheckError(run({2, 3}, {2}, {3, 2}), "p must be a matrix [n, r] (rank 2), got shape [2]");
+    CheckError(run({2, 3}, {2, 2}, {3, 2, 1}), "q must be a matrix [k, r] (rank 2), got shape [3,2,1]");
+  });
+  Case("errors/kernel n", [&] {
+    CheckError(run({4, 3}, {5, 2}, {3, 2}),
+               "p must have one row per row of m: m is [4,3] (n = 4) but p is [5,2]");
+  });
+  Case("errors/kernel k", [&] {
+    CheckError(run({4, 3}, {4, 2}, {2, 2}),
+               "q must have one row per column of m: m is [4,3] (k = 3) but q is [2,2]");
+    CheckError(run({4, 3}, {4, 2}, {4, 2}), "q must have one row per column of m");
+  });
+  Case("errors/kernel r", [&] {
+    CheckError(run({4, 3}, {4, 2}, {3, 1}),
+               "p and q must have the same number of columns (the rank r): p is [4,2] but q is [3,1]");
+    CheckError(run({4, 3}, {4, 0}, {3, 1}), "the same number of columns");
+  });
+  Case("errors/kernel edges are fine", [&] {
+    for (const auto& dims : std::vector<std::vector<std::vector<int64_t>>>{
+             {{4, 3}, {4, 2}, {3, 2}}, {{0, 3}, {0, 2}, {3, 2}}, {{4, 0}, {4, 2}, {0, 2}},
+             {{4, 3}, {4, 0}, {3, 0}}, {{1, 1}, {1, 64}, {1, 64}}}) {
+      const Status s = run(dims[0], dims[1], dims[2]);
+      CHECK(s.ok()) << s.message;
+    }
+  });
+
+  // The shape function, with placeholders of known shape.
+  auto build = [](std::vector<int64_t> m_dims, std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
+    TF_Graph* g = TF_NewGraph();
+    const TF_Output m = ResidualGraph::Placeholder(g, "m", TF_FLOAT, &m_dims);
+    const TF_Output p = ResidualGraph::Placeholder(g, "p", TF_FLOAT, &p_dims);
+    const TF_Output q = ResidualGraph::Placeholder(g, "q", TF_FLOAT, &q_dims);
+    TF_Operation* op = nullptr;
+    const Status s = ResidualGraph::AddResidual(g, TF_FLOAT, m, p, q, &op);
+    std::vector<int64_t> out_dims;
+    if (s.ok()) {
+      TF_Status* st = TF_NewStatus();
+      const TF_Output out{op, 0};
+      out_dims.resize(TF_GraphGetTensorNumDims(g, out, st));
+      TF_GraphGetTensorShape(g, out, out_dims.data(), static_cast<int>(out_dims.size()), st);
+      TF_DeleteStatus(st);
+    }
+    TF_DeleteGraph(g);
+    return std::make_pair(s, out_dims);
+  };
+  Case("errors/shape function", [&] {
+    CheckError(build({6}, {6, 2}, {1, 2}).first, "m must be a matrix [n, k] (rank 2)");
+    CheckError(build({2, 3}, {2, 2, 1}, {3, 2}).first, "p must be a matrix [n, r] (rank 2)");
+    CheckError(build({2, 3}, {2, 2}, {3}).first, "q must be a matrix [k, r] (rank 2)");
+    CheckError(build({4, 3}, {5, 2}, {3, 2}).first, "p must have one row per row of m");
+    CheckError(build({4, 3}, {4, 2}, {2, 2}).first, "q must have one row per column of m");
+    CheckError(build({4, 3}, {4, 2}, {3, 1}).first, "p and q must have the same number of columns");
+  });
+  Case("shape function infers [n, k]", [&] {
+    const auto known = build({4, 3}, {4, 2}, {3, 2});
+    CHECK(known.first.ok()) << known.first.message;
+    CHECK((known.second == std::vector<int64_t>{4, 3}));
+    const auto partial = build({-1, 3}, {4, -1}, {-1, 2});  // n from p, k from m
+    CHECK(partial.first.ok()) << partial.first.message;
+    CHECK((partial.second == std::vector<int64_t>{4, 3}));
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* env_path = std::getenv("TFCOMP_OPS_LIB");
+  std::string path = argc > 1 ? argv[1] : (env_path ? env_path : "");
+  if (path.empty()) {
+    std::fprintf(stderr, "usage: %s path/to/_tfcomp_ops.so (or set TFCOMP_OPS_LIB)\n", argv[0]);
+    return 2;
+  }
+  if (path.find('/') == std::string::npos) path = "./" + path;  // dlopen would search the lib path
+
+  TF_Status* s = TF_NewStatus();
+  TF_LoadLibrary(path.c_str(), s);  // the handle stays loaded for the process
+  if (TF_GetCode(s) != TF_OK) {
+    std::fprintf(stderr, "TF_LoadLibrary(%s): %s\n", path.c_str(), TF_Message(s));
+    return 2;
+  }
+  TF_DeleteStatus(s);
+
+  Case("reference conversions", [] {
+    CHECK(HalfFromFloat(1.0f) == 0x3c00);
+    CHECK(HalfFromFloat(1.0f + 1.0f / 2048) == 0x3c00);  // tie to even
+    CHECK(HalfFromFloat(1.0f + 3.0f / 2048) == 0x3c02);
+    CHECK(HalfFromFloat(std::ldexp(1.0f, -24)) == 0x0001);
+    for (uint32_t h = 0; h < 0x7c00; ++h) {
+      CHECK(HalfFromFloat(static_cast<float>(HalfToDouble(h))) == h) << std::hex << h;
+    }
+    CHECK(BFloat16FromFloat(1.0f + 1.0f / 256) == 0x3f80);  // tie to even
+    CHECK(BFloat16FromFloat(1.0f + 3.0f / 256) == 0x3f82);
+  });
+  TestDtype<Float>();
+  TestDtype<Double>();
+  TestDtype<Half>();
+  TestDtype<BFloat16>();
+  TestErrors();
+  return tfcomp::testing::Summary();
+}
