@@ -138,7 +138,7 @@ struct SparseDecode<CPUDevice, T, Index> {
     });
     // One thread, in order: duplicates sum in the same order on every worker.
     // The targets are scattered over n, so fetch a few entries ahead.
-    constexpr int64_t kAhead = 16;
+    constexpr int64_t kAhead = 64;
     for (int64_t j = 0; j < count; ++j) {
       if (j + kAhead < count && indices[j + kAhead] >= 0) {
         __builtin_prefetch(dense + indices[j + kAhead], 1);
