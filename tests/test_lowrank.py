@@ -179,3 +179,15 @@ def test_ablation_switches():
             out = emu.step(grads(2, step), ["w"])
             np.testing.assert_array_equal(out[0][0].numpy(), out[1][0].numpy())
         assert "residual" not in emu.states[0].get("w") or compressor.use_error_feedback
+
+
+def test_start_powersgd_iter_sends_dense_first():
+    emu = emulator(2, tfcomp.PowerSGD(2, start_powerSGD_iter=2))
+    for step in range(3):
+        g = grads(2, step)
+        out = emu.step(g, ["w"])[0][0].numpy()
+        if step < 2:
+            np.testing.assert_allclose(out, np.mean([x[0].numpy() for x in g], axis=0), rtol=1e-6)
+    assert [b for _, b in emu.traffic] == [SHAPE[0] * SHAPE[1] * 4] * 2 + [SHAPE[0] * 2 * 4, SHAPE[1] * 2 * 4]
+    with pytest.raises(ValueError, match="start_powerSGD_iter must be an integer >= 0"):
+        tfcomp.PowerSGD(start_powerSGD_iter=-1)

@@ -45,7 +45,7 @@ class Exchange:
         self.min_compress_elements = min_compress_elements
         self.bucket_bytes = bucket_bytes
         self.global_seed = global_seed
-        self.warmup_steps = max(warmup_steps, getattr(self.compressor, "warmup_steps", 0))
+        self.warmup_steps = max(warmup_steps, self.compressor.warmup_steps)
         self._said_dense = set()
         if selection is None:
             selection = EfficiencyAwareSelection() if self.compressor.efficiency_aware else False

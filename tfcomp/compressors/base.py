@@ -88,6 +88,8 @@ class Compressor:
     #: Steps cycle through this many phases (ACP-SGD alternates P and Q); each
     #: phase has payloads of its own fixed shapes.
     phases = 1
+    #: Dense steps the exchange runs before this compressor starts.
+    warmup_steps = 0
 
     def accepts(self, shape, dtype):
         """(False, why) for tensors this compressor would not make smaller; they go dense."""

@@ -98,10 +98,14 @@ class PowerSGD(LowRank):
     """PowerSGD: two allreduce rounds per step (P, then Q), warm-started Q."""
 
     def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, warm_start=True,
-                 min_compression_rate=2.0, orthogonalization_epsilon=0.0):
+                 min_compression_rate=2.0, orthogonalization_epsilon=0.0, start_powerSGD_iter=0):
         super().__init__(matrix_approximation_rank, use_error_feedback, min_compression_rate,
                          orthogonalization_epsilon)
+        if not isinstance(start_powerSGD_iter, int) or start_powerSGD_iter < 0:
+            raise ValueError(f"PowerSGD: start_powerSGD_iter must be an integer >= 0, got {start_powerSGD_iter!r}")
         self.warm_start = warm_start
+        # Dense steps before compression starts (PyTorch's hook defaults to 1000); the exchange runs them.
+        self.warmup_steps = start_powerSGD_iter
 
     def payload_specs(self, shape, dtype):
         p_shape, q_shape, dtype = self._factor_specs(shape, dtype)
