@@ -191,3 +191,25 @@ def test_start_powersgd_iter_sends_dense_first():
     assert [b for _, b in emu.traffic] == [SHAPE[0] * SHAPE[1] * 4] * 2 + [SHAPE[0] * 2 * 4, SHAPE[1] * 2 * 4]
     with pytest.raises(ValueError, match="start_powerSGD_iter must be an integer >= 0"):
         tfcomp.PowerSGD(start_powerSGD_iter=-1)
+
+
+@pytest.mark.parametrize("cls", [tfcomp.PowerSGD, tfcomp.ACPSGD], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("rank", [1, 3])
+def test_same_shape_tensors_are_batched_with_the_same_result(cls, rank):
+    shapes = [SHAPE, (3, 3, 4, 8), SHAPE, SHAPE]
+    names = ["a", "conv", "b", "c"]
+    rng = np.random.default_rng(5)
+    steps = [[[tf.constant(rng.standard_normal(s).astype(np.float32)) for s in shapes] for _ in range(2)]
+             for _ in range(3)]
+    batched = Emulator(2, cls(rank), min_compress_elements=1)
+    separate = Emulator(2, cls(rank, batch_tensors_with_same_shape=False), min_compress_elements=1)
+    for g in steps:
+        got, want = batched.step(g, names), separate.step(g, names)
+        for a, b in zip(got[0], want[0]):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+    state = batched.states[0]
+    assert state.get("a+b+c")["q"].shape == (3, SHAPE[1], rank) and state.get("a") is None
+    assert state.get("conv")["q"].shape == (8, rank)
+    q = state.get("a+b+c")["p" if cls is tfcomp.PowerSGD else "q"].numpy()
+    for matrix in q:
+        np.testing.assert_allclose(matrix.T @ matrix, np.eye(rank), atol=1e-5)

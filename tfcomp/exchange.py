@@ -80,12 +80,34 @@ class Exchange:
             logging.info("tfcomp: %s sends a %s tensor dense: %s", type(self.compressor).__name__,
                          "x".join(map(str, shape.as_list())), why)
 
-    def state_specs(self, shapes_and_dtypes, names, num_workers):
-        """{tensor name: {state name: (shape, dtype)}} of the compressor state these tensors need."""
-        specs = {}
-        for (shape, dtype), name in zip(shapes_and_dtypes, names):
+    def units(self, shapes_and_dtypes, names, num_workers):
+        """How tensors are compressed: [(positions, name, compressor)]. Compressors that
+        batch same-shape tensors (the low-rank ones) get such tensors stacked, as one
+        unit named after its members; every other tensor is a unit of its own."""
+        units, batched = [], {}
+        for i, ((shape, dtype), name) in enumerate(zip(shapes_and_dtypes, names)):
             compressor = self.plan(shape, dtype, num_workers)
-            specs[name] = compressor.state_specs(tf.TensorShape(shape), tf.as_dtype(dtype))
+            key = (tuple(tf.TensorShape(shape).as_list()), tf.as_dtype(dtype))
+            if compressor is not self.dense and compressor.batches_same_shape and key in batched:
+                batched[key][0].append(i)
+                continue
+            unit = ([i], name, compressor)
+            units.append(unit)
+            if compressor is not self.dense and compressor.batches_same_shape:
+                batched[key] = unit
+        return [(positions, name if len(positions) == 1 else "+".join(names[i] for i in positions), c)
+                for positions, name, c in units]
+
+    def state_specs(self, shapes_and_dtypes, names, num_workers):
+        """{unit name: {state name: (shape, dtype)}} of the compressor state these tensors need."""
+        shapes_and_dtypes = list(shapes_and_dtypes)
+        specs = {}
+        for positions, name, compressor in self.units(shapes_and_dtypes, names, num_workers):
+            shape, dtype = shapes_and_dtypes[positions[0]]
+            unit = compressor.state_specs(tf.TensorShape(shape), tf.as_dtype(dtype))
+            if len(positions) > 1:  # stacked: every state variable gains the batch axis
+                unit = {k: ((len(positions), *s), d) for k, (s, d) in unit.items()}
+            specs[name] = unit
         return specs
 
     def payload_bytes(self, shapes_and_dtypes, num_workers):
@@ -98,44 +120,53 @@ class Exchange:
             raise ValueError(f"reduce_op must be 'mean' or 'sum', got {reduce_op!r}")
         grads = [_dense(g, n) for g, n in zip(grads, names)]
         k = collectives.num_workers
-        state.build(self.state_specs([(g.shape, g.dtype) for g in grads], names, k))
-        plans = [self.plan(g.shape, g.dtype, k) for g in grads]
+        shapes_and_dtypes = [(g.shape, g.dtype) for g in grads]
+        state.build(self.state_specs(shapes_and_dtypes, names, k))
+        units = self.units(shapes_and_dtypes, names, k)
 
-        def run(plans, phase=0):
-            return lambda: self._exchange(grads, names, plans, state, collectives, reduce_op, phase)
+        def run(units, phase=0):
+            return lambda: self._exchange(grads, names, units, state, collectives, reduce_op, phase)
 
         # Every worker counts the same steps, so all take the same branches.
-        phases = max(c.phases for c in plans) if plans else 1
-        compressed = run(plans)
+        phases = max(c.phases for _, _, c in units) if units else 1
+        compressed = run(units)
         if phases > 1:
-            branches = [run(plans, phase) for phase in range(phases)]
+            branches = [run(units, phase) for phase in range(phases)]
             compressed = lambda: tf.switch_case(tf.cast(state.step % phases, tf.int32), branches)
         if self.warmup_steps:
-            results = tf.cond(state.step < self.warmup_steps, run([self.dense] * len(grads)), compressed)
+            dense = [([i], name, self.dense) for i, name in enumerate(names)]
+            results = tf.cond(state.step < self.warmup_steps, run(dense), compressed)
         else:
             results = compressed()
         with tf.control_dependencies(results):
             state.step.assign_add(1)
         return results
 
-    def _exchange(self, grads, names, plans, state, collectives, reduce_op, phase):
-        """Compresses, communicates and decompresses every tensor by its plan."""
+    def _exchange(self, grads, names, units, state, collectives, reduce_op, phase):
+        """Compresses, communicates and decompresses every unit by its plan."""
+        inputs = [grads[p[0]] if len(p) == 1 else tf.stack([grads[i] for i in p]) for p, _, _ in units]
         pending = []
-        for i, (grad, name, compressor) in enumerate(zip(grads, names, plans)):
+        for u, ((positions, name, compressor), grad) in enumerate(zip(units, inputs)):
             ctx = TensorContext(name, collectives.num_workers, state.step, self.global_seed,
-                                average=reduce_op == "mean", phase=phase % compressor.phases)
-            pending.append((i, compressor is not self.dense, compressor.compress(grad, state.get(name), ctx)))
-        results = [None] * len(grads)
+                                average=reduce_op == "mean", phase=phase % compressor.phases,
+                                batch=len(positions) if len(positions) > 1 else None,
+                                members=tuple(names[i] for i in positions))
+            pending.append((u, compressor is not self.dense, compressor.compress(grad, state.get(name), ctx)))
+        outputs = [None] * len(units)
         while pending:
-            returned = self._run_round(pending, grads, collectives)
+            returned = self._run_round(pending, inputs, collectives)
             next_pending = []
-            for (i, compressed, rnd), outputs in zip(pending, returned):
-                out = rnd.finish(outputs)
+            for (u, compressed, rnd), payloads in zip(pending, returned):
+                out = rnd.finish(payloads)
                 if isinstance(out, Round):
-                    next_pending.append((i, compressed, out))
+                    next_pending.append((u, compressed, out))
                 else:
-                    results[i] = out
+                    outputs[u] = out
             pending = next_pending
+        results = [None] * len(grads)
+        for (positions, _, _), out in zip(units, outputs):
+            for i, part in zip(positions, [out] if len(positions) == 1 else tf.unstack(out)):
+                results[i] = part
         return results
 
     def _run_round(self, pending, grads, collectives):

@@ -65,6 +65,8 @@ class TensorContext:
     global_seed: int = 0
     average: bool = True  # False: the engine asks for the sum over workers
     phase: int = 0  # which of the compressor's phases this step runs (step % phases)
+    batch: int = None  # same-shape tensors stacked on a leading axis (compressors that batch)
+    members: tuple = ()  # their names, in stacking order
 
     def from_sum(self, summed):
         """The result the engine asked for, from the sum over workers."""
@@ -74,9 +76,10 @@ class TensorContext:
         """The result the engine asked for, from the workers' [K, ...] contributions."""
         return tf.reduce_mean(stacked, axis=0) if self.average else tf.reduce_sum(stacked, axis=0)
 
-    def seed(self, salt=0):
+    def seed(self, salt=0, name=None):
         """A stateless-RNG seed shared by all workers: (tensor name, step, global seed)."""
-        name_hash = zlib.crc32(f"{self.global_seed}/{salt}/{self.name}".encode()) & 0x7FFFFFFF
+        name = self.name if name is None else name
+        name_hash = zlib.crc32(f"{self.global_seed}/{salt}/{name}".encode()) & 0x7FFFFFFF
         return tf.stack([tf.constant(name_hash, tf.int64), tf.cast(self.step, tf.int64)])
 
 
@@ -90,6 +93,9 @@ class Compressor:
     phases = 1
     #: Dense steps the exchange runs before this compressor starts.
     warmup_steps = 0
+    #: Whether the exchange may hand this compressor same-shape tensors stacked
+    #: (TensorContext.batch; its state then gains the leading axis too).
+    batches_same_shape = False
 
     def accepts(self, shape, dtype):
         """(False, why) for tensors this compressor would not make smaller; they go dense."""
