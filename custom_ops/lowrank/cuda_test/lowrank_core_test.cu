@@ -5,77 +5,21 @@
 // rank chunks), with NaN and Inf, in place (out = m), and with more row tiles
 // than the grid has rows (the grid-stride loop).
 // Exit status: 0 pass, 1 failure, 77 no CUDA device (skip).
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "custom_ops/testing/cuda_test.h"
 #include "../cc/kernels/lowrank_core.h"
 #include "../cc/kernels/lowrank_cuda_kernels.cu.h"
 
 namespace lr = tfcomp::lowrank;
 namespace cu = tfcomp::lowrank::cuda;
-
-#define CHECK_CUDA(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t err_ = (call);                                                       \
-    if (err_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                   cudaGetErrorString(err_));                                              \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+using namespace tfcomp::cuda_test;  // NOLINT: the helpers of cuda_test.h
 
 namespace {
-
-int g_failures = 0;
-
-template <typename T> const char* TypeName();
-template <> const char* TypeName<__half>() { return "half"; }
-template <> const char* TypeName<float>() { return "float"; }
-template <> const char* TypeName<double>() { return "double"; }
-
-template <typename T>
-using Acc = typename lr::Accumulator<T>::type;
-
-template <typename T>
-double ToDouble(T v) { return static_cast<double>(static_cast<Acc<T>>(v)); }
-template <typename T>
-T FromDouble(double v) { return static_cast<T>(static_cast<Acc<T>>(v)); }
-
-template <typename T>
-bool SameBits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  explicit DeviceArray(size_t count) { CHECK_CUDA(cudaMalloc(&ptr, (count ? count : 1) * sizeof(T))); }
-  DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    if (!host.empty()) {
-      CHECK_CUDA(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-    }
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  std::vector<T> Download(size_t count) const {
-    std::vector<T> host(count);
-    if (count) CHECK_CUDA(cudaMemcpy(host.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-};
-
-uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-uint32_t NextRandom() {  // xorshift64*: reproducible across platforms
-  g_rng ^= g_rng >> 12;
-  g_rng ^= g_rng << 25;
-  g_rng ^= g_rng >> 27;
-  return static_cast<uint32_t>((g_rng * 0x2545F4914F6CDD1Dull) >> 32);
-}
 
 template <typename T>
 std::vector<T> RandomValues(int64_t count) {
@@ -141,23 +85,9 @@ void CheckType() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  const cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    std::printf("SKIP: no CUDA device (%s)\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  if (!FoundDevice()) return kSkip;
   CheckType<__half>();
   CheckType<float>();
   CheckType<double>();
-  if (g_failures) {
-    std::printf("lowrank_core_test: %d failure(s)\n", g_failures);
-    return 1;
-  }
-  std::printf("lowrank_core_test: all passed\n");
-  return 0;
+  return Finish("lowrank_core_test");
 }

@@ -6,82 +6,27 @@
 // except that any NaN matches any NaN (GPU arithmetic returns the canonical
 // NaN, x86 the operand's payload); thresholds too, except that +0 matches -0.
 // Exit status: 0 pass, 1 failure, 77 no CUDA device (skip).
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "custom_ops/testing/cuda_test.h"
 #include "../cc/kernels/sparse_core.h"
 #include "../cc/kernels/sparse_cuda_kernels.cu.h"
 
 namespace sp = tfcomp::sparse;
 namespace cu = tfcomp::sparse::cuda;
-
-#define CHECK_CUDA(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t err_ = (call);                                                       \
-    if (err_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                   cudaGetErrorString(err_));                                              \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+using namespace tfcomp::cuda_test;  // NOLINT: the helpers of cuda_test.h
 
 namespace {
-
-int g_failures = 0;
-
-template <typename T> const char* TypeName();
-template <> const char* TypeName<__half>() { return "half"; }
-template <> const char* TypeName<float>() { return "float"; }
-template <> const char* TypeName<double>() { return "double"; }
-
-template <typename T>
-using Acc = typename tfcomp::Accumulator<T>::type;
-
-template <typename T>
-T FromDouble(double v) { return static_cast<T>(static_cast<Acc<T>>(v)); }
-
-template <typename T>
-bool SameBits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
 
 template <typename T>
 bool SameValue(const T& a, const T& b) {
   return SameBits(a, b) ||
          (std::isnan(static_cast<Acc<T>>(a)) && std::isnan(static_cast<Acc<T>>(b)));
-}
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  explicit DeviceArray(size_t count) {
-    CHECK_CUDA(cudaMalloc(&ptr, (count ? count : 1) * sizeof(T)));
-  }
-  DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    CHECK_CUDA(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(ptr); }
-  std::vector<T> Download(size_t count) const {
-    std::vector<T> host(count);
-    CHECK_CUDA(cudaMemcpy(host.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-};
-
-uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-uint32_t NextRandom() {  // xorshift64*: reproducible across platforms
-  g_rng ^= g_rng >> 12;
-  g_rng ^= g_rng << 25;
-  g_rng ^= g_rng >> 27;
-  return static_cast<uint32_t>((g_rng * 0x2545F4914F6CDD1Dull) >> 32);
 }
 
 // Values in [-1, 1) with +-0; with specials, every 13th element is +-Inf or NaN.
@@ -300,16 +245,7 @@ void CheckThresholdType() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  const cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    std::printf("SKIP: no CUDA device (%s)\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-    return 77;
-  }
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  if (!FoundDevice()) return kSkip;
   CheckType<__half, int32_t>();
   CheckType<__half, int64_t>();
   CheckType<float, int32_t>();
@@ -319,10 +255,5 @@ int main() {
   CheckThresholdType<__half>();
   CheckThresholdType<float>();
   CheckThresholdType<double>();
-  if (g_failures) {
-    std::printf("sparse_core_test: %d failure(s)\n", g_failures);
-    return 1;
-  }
-  std::printf("sparse_core_test: all passed\n");
-  return 0;
+  return Finish("sparse_core_test");
 }

@@ -10,68 +10,20 @@
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
-#include <memory>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "custom_ops/testing/check.h"
-#include "tensorflow/c/c_api.h"
+#include "custom_ops/testing/tf_c_api.h"
 
 namespace {
 
-using tfcomp::testing::Case;
+using namespace tfcomp::testing;  // NOLINT: Case and the C API helpers
 
 // ---- The dtypes ----------------------------------------------------------------
-
-template <typename S>
-uint64_t Bits(S x) {
-  uint64_t b = 0;
-  std::memcpy(&b, &x, sizeof(S));
-  return b;
-}
-
-template <typename S>
-S FromBits(uint64_t b) {
-  S x;
-  std::memcpy(&x, &b, sizeof(S));
-  return x;
-}
-
-// float -> half, round to nearest even (what Eigen::half's conversion does).
-uint16_t HalfFromFloat(float f) {
-  const uint16_t sign = static_cast<uint16_t>((Bits(f) >> 16) & 0x8000);
-  if (std::isnan(f)) return sign | 0x7e00;
-  const float a = std::fabs(f);
-  if (a >= 65520.0f) return sign | 0x7c00;
-  if (a == 0) return sign;
-  const int e = std::ilogb(a);
-  const int q = (e < -14 ? -14 : e) - 10;  // the quantum: 2^q
-  const double r = std::nearbyint(std::ldexp(static_cast<double>(a), -q));  // ties to even
-  const uint32_t bits = e < -14 ? static_cast<uint32_t>(r)
-                                : ((e + 15) << 10) + static_cast<uint32_t>(r) - 1024;
-  return static_cast<uint16_t>(sign | bits);
-}
-
-// float -> bfloat16, round to nearest even (Eigen::bfloat16's conversion).
-uint16_t BFloat16FromFloat(float f) {
-  if (std::isnan(f)) return std::signbit(f) ? 0xffc0 : 0x7fc0;
-  const uint32_t x = static_cast<uint32_t>(Bits(f));
-  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
-
-double HalfToDouble(uint16_t h) {
-  const int exponent = (h >> 10) & 31, mantissa = h & 1023;
-  const double v = exponent == 0    ? std::ldexp(mantissa, -24)
-                   : exponent == 31 ? (mantissa ? NAN : INFINITY)
-                                    : std::ldexp(1024 + mantissa, exponent - 25);
-  return (h & 0x8000) ? -v : v;
-}
 
 // S: the storage type handed to TensorFlow; Acc: what the kernel computes in;
 // ToAcc / FromAcc: the exact widening and the kernel's rounding back.
@@ -114,94 +66,37 @@ struct BFloat16 {
   static constexpr TF_DataType kType = TF_BFLOAT16;
   static constexpr const char* kName = "bfloat16";
   static constexpr double kEps = 0x1p-8;
-  static Acc ToAcc(S v) { return FromBits<float>(uint64_t{v} << 16); }
+  static Acc ToAcc(S v) { return BFloat16ToFloat(v); }
   static S FromAcc(Acc v) { return BFloat16FromFloat(v); }
   static S FromDouble(double v) { return BFloat16FromFloat(static_cast<float>(v)); }
 };
 
-// ---- TensorFlow C API helpers ----------------------------------------------------
+// ---- The graph -------------------------------------------------------------------
 
-struct TensorDeleter {
-  void operator()(TF_Tensor* t) const { TF_DeleteTensor(t); }
-};
-using Tensor = std::unique_ptr<TF_Tensor, TensorDeleter>;
-
-template <typename S>
-Tensor MakeTensor(TF_DataType type, std::vector<int64_t> dims, const std::vector<S>& values) {
-  TF_Tensor* t = TF_AllocateTensor(type, dims.data(), static_cast<int>(dims.size()),
-                                   values.size() * sizeof(S));
-  if (!values.empty()) std::memcpy(TF_TensorData(t), values.data(), values.size() * sizeof(S));
-  return Tensor(t);
-}
-
-template <typename S>
-std::vector<S> Values(const Tensor& t) {
-  std::vector<S> v(TF_TensorElementCount(t.get()));
-  if (!v.empty()) std::memcpy(v.data(), TF_TensorData(t.get()), v.size() * sizeof(S));
-  return v;
-}
-
-std::vector<int64_t> Shape(const Tensor& t) {
-  std::vector<int64_t> dims(TF_NumDims(t.get()));
-  for (size_t i = 0; i < dims.size(); ++i) dims[i] = TF_Dim(t.get(), static_cast<int>(i));
-  return dims;
-}
-
-struct Status {
-  TF_Code code = TF_OK;
-  std::string message;
-  bool ok() const { return code == TF_OK; }
-};
-
-Status TakeStatus(TF_Status* s) {
-  Status out{TF_GetCode(s), TF_Message(s)};
-  TF_DeleteStatus(s);
-  return out;
-}
-
-void Require(const Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.message.c_str());
-    std::exit(2);
-  }
-}
-
-// Placeholders m, p, q (of unknown shape unless given) feeding one
+// Placeholders m, p, q of unknown shape feeding one
 // TfcompLowRankResidual, and a session to run it.
-class ResidualGraph {
+class ResidualGraph : public OpGraph {
  public:
   TF_Output m, p, q, residual;
 
-  explicit ResidualGraph(TF_DataType type) : graph_(TF_NewGraph()) {
-    m = Placeholder("m", type, nullptr);
-    p = Placeholder("p", type, nullptr);
-    q = Placeholder("q", type, nullptr);
+  explicit ResidualGraph(TF_DataType type) {
+    m = Placeholder(graph(), "m", type);
+    p = Placeholder(graph(), "p", type);
+    q = Placeholder(graph(), "q", type);
     TF_Operation* op = nullptr;
-    Require(AddResidual(graph_, type, m, p, q, &op), "TfcompLowRankResidual");
+    Require(AddResidual(graph(), type, m, p, q, &op), "TfcompLowRankResidual");
     residual = {op, 0};
-    TF_Status* s = TF_NewStatus();
-    TF_SessionOptions* options = TF_NewSessionOptions();
-    session_ = TF_NewSession(graph_, options, s);
-    TF_DeleteSessionOptions(options);
-    Require(TakeStatus(s), "TF_NewSession");
-  }
-
-  ~ResidualGraph() {
-    TF_Status* s = TF_NewStatus();
-    TF_CloseSession(session_, s);
-    TF_DeleteSession(session_, s);
-    TF_DeleteStatus(s);
-    TF_DeleteGraph(graph_);
   }
 
   Status Run(Tensor m_value, Tensor p_value, Tensor q_value, Tensor* out) {
-    const TF_Output inputs[] = {m, p, q};
-    TF_Tensor* values[] = {m_value.get(), p_value.get(), q_value.get()};
-    TF_Tensor* raw = nullptr;
-    TF_Status* s = TF_NewStatus();
-    TF_SessionRun(session_, nullptr, inputs, values, 3, &residual, &raw, 1, nullptr, 0, nullptr, s);
-    out->reset(raw);
-    return TakeStatus(s);
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(m, std::move(m_value));
+    feeds.emplace_back(p, std::move(p_value));
+    feeds.emplace_back(q, std::move(q_value));
+    std::vector<Tensor> outputs;
+    const Status s = OpGraph::Run(std::move(feeds), {residual}, &outputs);
+    *out = std::move(outputs[0]);
+    return s;
   }
 
   // Adds the op to `graph`; the status is the shape function's verdict.
@@ -214,26 +109,6 @@ class ResidualGraph {
     *op = TF_FinishOperation(d, s);
     return TakeStatus(s);
   }
-
-  // A placeholder in `graph` (shape: its dims, or unknown when null).
-  static TF_Output Placeholder(TF_Graph* graph, const char* name, TF_DataType type,
-                               const std::vector<int64_t>* dims) {
-    TF_OperationDescription* d = TF_NewOperation(graph, "Placeholder", name);
-    TF_SetAttrType(d, "dtype", type);
-    if (dims) TF_SetAttrShape(d, "shape", dims->data(), static_cast<int>(dims->size()));
-    TF_Status* s = TF_NewStatus();
-    TF_Operation* op = TF_FinishOperation(d, s);
-    Require(TakeStatus(s), name);
-    return {op, 0};
-  }
-
- private:
-  TF_Output Placeholder(const char* name, TF_DataType type, const std::vector<int64_t>* dims) {
-    return Placeholder(graph_, name, type, dims);
-  }
-
-  TF_Graph* graph_;
-  TF_Session* session_ = nullptr;
 };
 
 // ---- Values and references -------------------------------------------------------
@@ -360,12 +235,6 @@ void TestDtype() {
 
 // ---- Errors ----------------------------------------------------------------------
 
-void CheckError(const Status& s, const std::string& needle) {
-  CHECK(s.code == TF_INVALID_ARGUMENT) << "code " << s.code << " (" << s.message << ")";
-  CHECK(s.message.find(needle) != std::string::npos)
-      << "message \"" << s.message << "\" does not name \"" << needle << "\"";
-}
-
 void TestErrors() {
   ResidualGraph graph(TF_FLOAT);
   auto run = [&](std::vector<int64_t> m_dims, std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
@@ -410,9 +279,9 @@ void TestErrors() {
   // The shape function, with placeholders of known shape.
   auto build = [](std::vector<int64_t> m_dims, std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
     TF_Graph* g = TF_NewGraph();
-    const TF_Output m = ResidualGraph::Placeholder(g, "m", TF_FLOAT, &m_dims);
-    const TF_Output p = ResidualGraph::Placeholder(g, "p", TF_FLOAT, &p_dims);
-    const TF_Output q = ResidualGraph::Placeholder(g, "q", TF_FLOAT, &q_dims);
+    const TF_Output m = Placeholder(g, "m", TF_FLOAT, &m_dims);
+    const TF_Output p = Placeholder(g, "p", TF_FLOAT, &p_dims);
+    const TF_Output q = Placeholder(g, "q", TF_FLOAT, &q_dims);
     TF_Operation* op = nullptr;
     const Status s = ResidualGraph::AddResidual(g, TF_FLOAT, m, p, q, &op);
     std::vector<int64_t> out_dims;
@@ -447,21 +316,7 @@ void TestErrors() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* env_path = std::getenv("TFCOMP_OPS_LIB");
-  std::string path = argc > 1 ? argv[1] : (env_path ? env_path : "");
-  if (path.empty()) {
-    std::fprintf(stderr, "usage: %s path/to/_tfcomp_ops.so (or set TFCOMP_OPS_LIB)\n", argv[0]);
-    return 2;
-  }
-  if (path.find('/') == std::string::npos) path = "./" + path;  // dlopen would search the lib path
-
-  TF_Status* s = TF_NewStatus();
-  TF_LoadLibrary(path.c_str(), s);  // the handle stays loaded for the process
-  if (TF_GetCode(s) != TF_OK) {
-    std::fprintf(stderr, "TF_LoadLibrary(%s): %s\n", path.c_str(), TF_Message(s));
-    return 2;
-  }
-  TF_DeleteStatus(s);
+  LoadOpLibraryOrExit(argc, argv);
 
   Case("reference conversions", [] {
     CHECK(HalfFromFloat(1.0f) == 0x3c00);

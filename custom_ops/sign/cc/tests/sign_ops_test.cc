@@ -6,21 +6,18 @@
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
-#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "custom_ops/testing/check.h"
-#include "tensorflow/c/c_api.h"
+#include "custom_ops/testing/tf_c_api.h"
 
 namespace {
 
-using tfcomp::testing::Case;
+using namespace tfcomp::testing;  // NOLINT: Case and the C API helpers
 
 // ---- The dtypes: storage, conversion to double, and test values ------------
 //
@@ -28,20 +25,6 @@ using tfcomp::testing::Case;
 // to zero (FTZ/DAZ), so a float, double or bfloat16 subnormal reads as +-0 in
 // the kernel and a negative one packs as 1. Half subnormals are normal floats
 // after conversion, so they keep their sign.
-
-template <typename S>
-uint64_t Bits(S x) {
-  uint64_t b = 0;
-  std::memcpy(&b, &x, sizeof(S));
-  return b;
-}
-
-template <typename S>
-S FromBits(uint64_t b) {
-  S x;
-  std::memcpy(&x, &b, sizeof(S));
-  return x;
-}
 
 template <typename F>
 struct IeeeType {
@@ -76,13 +59,7 @@ struct Half {
   static constexpr TF_DataType kType = TF_HALF;
   static constexpr const char* kName = "half";
   static constexpr double kScaleRtol = 1e-3;  // 2^-11 rounding of the result
-  static double ToDouble(S h) {
-    const int exponent = (h >> 10) & 31, mantissa = h & 1023;
-    const double v = exponent == 0    ? std::ldexp(mantissa, -24)
-                     : exponent == 31 ? (mantissa ? NAN : INFINITY)
-                                      : std::ldexp(1024 + mantissa, exponent - 25);
-    return (h & 0x8000) ? -v : v;
-  }
+  static double ToDouble(S h) { return HalfToDouble(h); }
   static bool IsSubnormal(S h) { return (h & 0x7c00) == 0 && (h & 0x3ff) != 0; }
   static S Negate(S h) { return h ^ 0x8000; }
   static S FromVote(int v) { return v > 0 ? 0x3c00 : (v < 0 ? 0xbc00 : 0); }
@@ -98,7 +75,7 @@ struct BFloat16 {
   static constexpr TF_DataType kType = TF_BFLOAT16;
   static constexpr const char* kName = "bfloat16";
   static constexpr double kScaleRtol = 8e-3;  // 2^-8 rounding of the result
-  static double ToDouble(S b) { return FromBits<float>(uint64_t{b} << 16); }
+  static double ToDouble(S b) { return BFloat16ToFloat(b); }
   static bool IsSubnormal(S b) { return (b & 0x7f80) == 0 && (b & 0x7f) != 0; }
   static S Negate(S b) { return b ^ 0x8000; }
   static S FromVote(int v) { return v > 0 ? 0x3f80 : (v < 0 ? 0xbf80 : 0); }
@@ -134,136 +111,42 @@ double RefScale(const std::vector<typename Tr::S>& x) {
   return x.empty() ? 0.0 : sum / static_cast<double>(x.size());
 }
 
-// ---- TensorFlow C API helpers ------------------------------------------------
-
-struct TensorDeleter {
-  void operator()(TF_Tensor* t) const { TF_DeleteTensor(t); }
-};
-using Tensor = std::unique_ptr<TF_Tensor, TensorDeleter>;
-
-template <typename S>
-Tensor MakeTensor(TF_DataType type, std::vector<int64_t> dims, const std::vector<S>& values) {
-  TF_Tensor* t = TF_AllocateTensor(type, dims.data(), static_cast<int>(dims.size()),
-                                   values.size() * sizeof(S));
-  if (!values.empty()) std::memcpy(TF_TensorData(t), values.data(), values.size() * sizeof(S));
-  return Tensor(t);
-}
-
-template <typename S>
-std::vector<S> Values(const Tensor& t) {
-  std::vector<S> v(TF_TensorElementCount(t.get()));
-  if (!v.empty()) std::memcpy(v.data(), TF_TensorData(t.get()), v.size() * sizeof(S));
-  return v;
-}
-
-std::vector<int64_t> Shape(const Tensor& t) {
-  std::vector<int64_t> dims(TF_NumDims(t.get()));
-  for (size_t i = 0; i < dims.size(); ++i) dims[i] = TF_Dim(t.get(), static_cast<int>(i));
-  return dims;
-}
-
-struct Status {
-  TF_Code code = TF_OK;
-  std::string message;
-  bool ok() const { return code == TF_OK; }
-};
-
-Status TakeStatus(TF_Status* s) {
-  Status out{TF_GetCode(s), TF_Message(s)};
-  TF_DeleteStatus(s);
-  return out;
-}
+// ---- The graph -----------------------------------------------------------------
 
 // One graph per dtype: placeholders of unknown shape (so the kernels, not the
 // shape functions, see bad shapes) feeding the three ops.
-class SignGraph {
+class SignGraph : public OpGraph {
  public:
   TF_Output x, pack_words, pack_scale;
   TF_Output unpack_words, unpack_scale, unpack_n, unpack_out;
   TF_Output majority_words, majority_n, majority_out;
 
-  explicit SignGraph(TF_DataType type) : graph_(TF_NewGraph()) {
-    x = Placeholder("x", type);
+  explicit SignGraph(TF_DataType type) {
+    x = Placeholder(graph(), "x", type);
     TF_Operation* pack = AddOp("TfcompSignPack", "pack", {x}, "T", type);
     pack_words = {pack, 0};
     pack_scale = {pack, 1};
-    unpack_words = Placeholder("unpack_words", TF_UINT32);
-    unpack_scale = Placeholder("unpack_scale", type);
-    unpack_n = Placeholder("unpack_n", TF_INT64);
+    unpack_words = Placeholder(graph(), "unpack_words", TF_UINT32);
+    unpack_scale = Placeholder(graph(), "unpack_scale", type);
+    unpack_n = Placeholder(graph(), "unpack_n", TF_INT64);
     unpack_out = {AddOp("TfcompSignUnpack", "unpack", {unpack_words, unpack_scale, unpack_n},
                         "T", type),
                   0};
-    majority_words = Placeholder("majority_words", TF_UINT32);
-    majority_n = Placeholder("majority_n", TF_INT64);
+    majority_words = Placeholder(graph(), "majority_words", TF_UINT32);
+    majority_n = Placeholder(graph(), "majority_n", TF_INT64);
     majority_out = {
         AddOp("TfcompSignMajority", "majority", {majority_words, majority_n}, "dtype", type), 0};
-
-    TF_Status* s = TF_NewStatus();
-    TF_SessionOptions* options = TF_NewSessionOptions();
-    session_ = TF_NewSession(graph_, options, s);
-    TF_DeleteSessionOptions(options);
-    Require(TakeStatus(s), "TF_NewSession");
-  }
-
-  ~SignGraph() {
-    TF_Status* s = TF_NewStatus();
-    TF_CloseSession(session_, s);
-    TF_DeleteSession(session_, s);
-    TF_DeleteStatus(s);
-    TF_DeleteGraph(graph_);
-  }
-
-  Status Run(std::vector<std::pair<TF_Output, Tensor>> feeds, std::vector<TF_Output> fetches,
-             std::vector<Tensor>* outputs) {
-    std::vector<TF_Output> inputs;
-    std::vector<TF_Tensor*> values;
-    for (auto& f : feeds) {
-      inputs.push_back(f.first);
-      values.push_back(f.second.get());
-    }
-    std::vector<TF_Tensor*> raw(fetches.size(), nullptr);
-    TF_Status* s = TF_NewStatus();
-    TF_SessionRun(session_, nullptr, inputs.data(), values.data(), static_cast<int>(inputs.size()),
-                  fetches.data(), raw.data(), static_cast<int>(fetches.size()), nullptr, 0,
-                  nullptr, s);
-    outputs->clear();
-    for (TF_Tensor* t : raw) outputs->emplace_back(t);
-    return TakeStatus(s);
   }
 
  private:
-  static void Require(const Status& s, const char* what) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s: %s\n", what, s.message.c_str());
-      std::exit(2);
-    }
-  }
-
-  TF_Output Placeholder(const char* name, TF_DataType type) {
-    TF_OperationDescription* d = TF_NewOperation(graph_, "Placeholder", name);
-    TF_SetAttrType(d, "dtype", type);
-    TF_Status* s = TF_NewStatus();
-    TF_Operation* op = TF_FinishOperation(d, s);
-    Require(TakeStatus(s), name);
-    return {op, 0};
-  }
-
   TF_Operation* AddOp(const char* type, const char* name, std::vector<TF_Output> inputs,
                       const char* type_attr, TF_DataType dtype) {
-    TF_OperationDescription* d = TF_NewOperation(graph_, type, name);
+    TF_OperationDescription* d = TF_NewOperation(graph(), type, name);
     for (const TF_Output& in : inputs) TF_AddInput(d, in);
     TF_SetAttrType(d, type_attr, dtype);
-    TF_Status* s = TF_NewStatus();
-    TF_Operation* op = TF_FinishOperation(d, s);
-    Require(TakeStatus(s), name);
-    return op;
+    return FinishOrExit(d, name);
   }
-
-  TF_Graph* graph_;
-  TF_Session* session_ = nullptr;
 };
-
-Tensor Scalar64(int64_t v) { return MakeTensor<int64_t>(TF_INT64, {}, {v}); }
 
 const int64_t kSizes[] = {0, 1, 31, 32, 33, 1000, 100003};
 
@@ -398,12 +281,6 @@ void TestDtype() {
 
 // ---- Errors --------------------------------------------------------------------
 
-void CheckError(const Status& s, const std::string& needle) {
-  CHECK(s.code == TF_INVALID_ARGUMENT) << "code " << s.code << " (" << s.message << ")";
-  CHECK(s.message.find(needle) != std::string::npos)
-      << "message \"" << s.message << "\" does not name \"" << needle << "\"";
-}
-
 void TestErrors() {
   SignGraph g(TF_FLOAT);
   std::vector<Tensor> out;
@@ -474,21 +351,7 @@ void TestErrors() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* env_path = std::getenv("TFCOMP_OPS_LIB");
-  std::string path = argc > 1 ? argv[1] : (env_path ? env_path : "");
-  if (path.empty()) {
-    std::fprintf(stderr, "usage: %s path/to/_tfcomp_ops.so (or set TFCOMP_OPS_LIB)\n", argv[0]);
-    return 2;
-  }
-  if (path.find('/') == std::string::npos) path = "./" + path;  // dlopen would search the lib path
-
-  TF_Status* s = TF_NewStatus();
-  TF_LoadLibrary(path.c_str(), s);  // the handle stays loaded for the process
-  if (TF_GetCode(s) != TF_OK) {
-    std::fprintf(stderr, "TF_LoadLibrary(%s): %s\n", path.c_str(), TF_Message(s));
-    return 2;
-  }
-  TF_DeleteStatus(s);
+  LoadOpLibraryOrExit(argc, argv);
 
   TestDtype<Float>();
   TestDtype<Double>();

@@ -15,13 +15,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
-#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -30,54 +26,16 @@
 
 #include "custom_ops/sparse/cc/kernels/sparse_core.h"
 #include "custom_ops/testing/check.h"
-#include "tensorflow/c/c_api.h"
+#include "custom_ops/testing/tf_c_api.h"
 
 namespace {
 
-using tfcomp::testing::Case;
+using namespace tfcomp::testing;  // NOLINT: Case and the C API helpers
 
 // ---- The dtypes: storage, conversion, and the kernels' addition ------------
 //
 // TensorFlow runs kernels with denormals flushed to zero, so the test values
 // stay normal (magnitudes >= 2^-5), and so do their sums.
-
-template <typename S>
-uint64_t Bits(S x) {
-  uint64_t b = 0;
-  std::memcpy(&b, &x, sizeof(S));
-  return b;
-}
-
-template <typename S>
-S FromBits(uint64_t b) {
-  S x;
-  std::memcpy(&x, &b, sizeof(S));
-  return x;
-}
-
-// float -> half, round to nearest even (what Eigen::half's conversion does).
-uint16_t HalfFromFloat(float f) {
-  const uint16_t sign = static_cast<uint16_t>((Bits(f) >> 16) & 0x8000);
-  if (std::isnan(f)) return sign | 0x7e00;
-  const float a = std::fabs(f);
-  if (a >= 65520.0f) return sign | 0x7c00;
-  if (a == 0) return sign;
-  const int e = std::ilogb(a);
-  const int q = std::max(e, -14) - 10;  // the quantum: 2^q
-  const double r = std::nearbyint(std::ldexp(static_cast<double>(a), -q));  // ties to even
-  // Subnormal: r units of 2^-24 (r = 1024 is the smallest normal). Normal: the
-  // exponent field plus the mantissa; r = 2048 carries into the exponent.
-  const uint32_t bits = e < -14 ? static_cast<uint32_t>(r)
-                                : ((e + 15) << 10) + static_cast<uint32_t>(r) - 1024;
-  return static_cast<uint16_t>(sign | bits);
-}
-
-// float -> bfloat16, round to nearest even (Eigen::bfloat16's conversion).
-uint16_t BFloat16FromFloat(float f) {
-  if (std::isnan(f)) return std::signbit(f) ? 0xffc0 : 0x7fc0;
-  const uint32_t x = static_cast<uint32_t>(Bits(f));
-  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
 
 template <typename F>
 struct IeeeType {
@@ -106,13 +64,7 @@ struct Half {
   static constexpr TF_DataType kType = TF_HALF;
   static constexpr const char* kName = "half";
   static constexpr double kBig = 1024;  // ulp 1
-  static double ToDouble(S h) {
-    const int exponent = (h >> 10) & 31, mantissa = h & 1023;
-    const double v = exponent == 0    ? std::ldexp(mantissa, -24)
-                     : exponent == 31 ? (mantissa ? NAN : INFINITY)
-                                      : std::ldexp(1024 + mantissa, exponent - 25);
-    return (h & 0x8000) ? -v : v;
-  }
+  static double ToDouble(S h) { return HalfToDouble(h); }
   static S FromDouble(double v) { return HalfFromFloat(static_cast<float>(v)); }
   static S Add(S a, S b) {
     const float sum = static_cast<float>(ToDouble(a)) + static_cast<float>(ToDouble(b));
@@ -125,7 +77,7 @@ struct BFloat16 {
   static constexpr TF_DataType kType = TF_BFLOAT16;
   static constexpr const char* kName = "bfloat16";
   static constexpr double kBig = 1024;  // ulp 8
-  static double ToDouble(S b) { return FromBits<float>(uint64_t{b} << 16); }
+  static double ToDouble(S b) { return BFloat16ToFloat(b); }
   static S FromDouble(double v) { return BFloat16FromFloat(static_cast<float>(v)); }
   static S Add(S a, S b) {
     const float sum = static_cast<float>(ToDouble(a)) + static_cast<float>(ToDouble(b));
@@ -153,52 +105,14 @@ typename Tr::S RandomValue(std::mt19937_64& rng) {
   return Tr::FromDouble((rng() & 1 ? -1 : 1) * std::ldexp(mantissa, exponent));
 }
 
-// ---- TensorFlow C API helpers ------------------------------------------------
-
-struct TensorDeleter {
-  void operator()(TF_Tensor* t) const { TF_DeleteTensor(t); }
-};
-using Tensor = std::unique_ptr<TF_Tensor, TensorDeleter>;
-
-template <typename S>
-Tensor MakeTensor(TF_DataType type, std::vector<int64_t> dims, const std::vector<S>& values) {
-  TF_Tensor* t = TF_AllocateTensor(type, dims.data(), static_cast<int>(dims.size()),
-                                   values.size() * sizeof(S));
-  if (!values.empty()) std::memcpy(TF_TensorData(t), values.data(), values.size() * sizeof(S));
-  return Tensor(t);
-}
-
-template <typename S>
-std::vector<S> Values(const Tensor& t) {
-  std::vector<S> v(TF_TensorElementCount(t.get()));
-  if (!v.empty()) std::memcpy(v.data(), TF_TensorData(t.get()), v.size() * sizeof(S));
-  return v;
-}
-
-std::vector<int64_t> Shape(const Tensor& t) {
-  std::vector<int64_t> dims(TF_NumDims(t.get()));
-  for (size_t i = 0; i < dims.size(); ++i) dims[i] = TF_Dim(t.get(), static_cast<int>(i));
-  return dims;
-}
-
-struct Status {
-  TF_Code code = TF_OK;
-  std::string message;
-  bool ok() const { return code == TF_OK; }
-};
-
-Status TakeStatus(TF_Status* s) {
-  Status out{TF_GetCode(s), TF_Message(s)};
-  TF_DeleteStatus(s);
-  return out;
-}
+// ---- The graph -----------------------------------------------------------------
 
 const int64_t kCapacities[] = {0, 1, 7, 1024};
 
 // One graph per dtype: placeholders of unknown shape (so the kernels, not the
 // shape functions, see bad shapes) feeding a HashSelect per (capacity, index
 // type) and a SparseDecode per index type.
-class SparseGraph {
+class SparseGraph : public OpGraph {
  public:
   struct Select {
     TF_Output values, indices;
@@ -215,108 +129,52 @@ class SparseGraph {
     if (out.oper == nullptr) {
       const std::string name =
           "threshold_" + std::to_string(num_samples) + "_" + std::to_string(k);
-      TF_OperationDescription* d = TF_NewOperation(graph_, "TfcompSampledThreshold", name.c_str());
+      TF_OperationDescription* d = TF_NewOperation(graph(), "TfcompSampledThreshold", name.c_str());
       TF_AddInput(d, g);
       TF_AddInput(d, seed);
       TF_SetAttrType(d, "T", type_);
       TF_SetAttrInt(d, "num_samples", num_samples);
       TF_SetAttrInt(d, "k", k);
-      out = {Finish(d, name.c_str()), 0};
+      out = {FinishOrExit(d, name.c_str()), 0};
     }
     return out;
   }
 
-  explicit SparseGraph(TF_DataType type) : graph_(TF_NewGraph()), type_(type) {
-    g = Placeholder("g", type);
-    threshold = Placeholder("threshold", type);
-    seed = Placeholder("seed", TF_INT64);
-    decode_values = Placeholder("decode_values", type);
-    decode_n = Placeholder("decode_n", TF_INT64);
+  explicit SparseGraph(TF_DataType type) : type_(type) {
+    g = Placeholder(graph(), "g", type);
+    threshold = Placeholder(graph(), "threshold", type);
+    seed = Placeholder(graph(), "seed", TF_INT64);
+    decode_values = Placeholder(graph(), "decode_values", type);
+    decode_n = Placeholder(graph(), "decode_n", TF_INT64);
     for (TF_DataType index_type : {TF_INT32, TF_INT64}) {
       const std::string suffix = index_type == TF_INT32 ? "_int32" : "_int64";
       for (int64_t capacity : kCapacities) {
         const std::string name = "select_" + std::to_string(capacity) + suffix;
-        TF_OperationDescription* d = TF_NewOperation(graph_, "TfcompHashSelect", name.c_str());
+        TF_OperationDescription* d = TF_NewOperation(graph(), "TfcompHashSelect", name.c_str());
         for (const TF_Output& in : {g, threshold, seed}) TF_AddInput(d, in);
         TF_SetAttrType(d, "T", type);
         TF_SetAttrType(d, "Tindex", index_type);
         TF_SetAttrInt(d, "capacity", capacity);
-        TF_Operation* op = Finish(d, name.c_str());
+        TF_Operation* op = FinishOrExit(d, name.c_str());
         select[{capacity, index_type}] = Select{{op, 0}, {op, 1}};
       }
       const std::string indices_name = "decode_indices" + suffix;
-      decode_indices[index_type] = Placeholder(indices_name.c_str(), index_type);
+      decode_indices[index_type] = Placeholder(graph(), indices_name.c_str(), index_type);
       const std::string name = "decode" + suffix;
-      TF_OperationDescription* d = TF_NewOperation(graph_, "TfcompSparseDecode", name.c_str());
+      TF_OperationDescription* d = TF_NewOperation(graph(), "TfcompSparseDecode", name.c_str());
       for (const TF_Output& in : {decode_values, decode_indices[index_type], decode_n}) {
         TF_AddInput(d, in);
       }
       TF_SetAttrType(d, "T", type);
       TF_SetAttrType(d, "Tindex", index_type);
-      decode_out[index_type] = {Finish(d, name.c_str()), 0};
+      decode_out[index_type] = {FinishOrExit(d, name.c_str()), 0};
     }
-
-    TF_Status* s = TF_NewStatus();
-    TF_SessionOptions* options = TF_NewSessionOptions();
-    session_ = TF_NewSession(graph_, options, s);
-    TF_DeleteSessionOptions(options);
-    Require(TakeStatus(s), "TF_NewSession");
-  }
-
-  ~SparseGraph() {
-    TF_Status* s = TF_NewStatus();
-    TF_CloseSession(session_, s);
-    TF_DeleteSession(session_, s);
-    TF_DeleteStatus(s);
-    TF_DeleteGraph(graph_);
-  }
-
-  Status Run(std::vector<std::pair<TF_Output, Tensor>> feeds, std::vector<TF_Output> fetches,
-             std::vector<Tensor>* outputs) {
-    std::vector<TF_Output> inputs;
-    std::vector<TF_Tensor*> values;
-    for (auto& f : feeds) {
-      inputs.push_back(f.first);
-      values.push_back(f.second.get());
-    }
-    std::vector<TF_Tensor*> raw(fetches.size(), nullptr);
-    TF_Status* s = TF_NewStatus();
-    TF_SessionRun(session_, nullptr, inputs.data(), values.data(), static_cast<int>(inputs.size()),
-                  fetches.data(), raw.data(), static_cast<int>(fetches.size()), nullptr, 0,
-                  nullptr, s);
-    outputs->clear();
-    for (TF_Tensor* t : raw) outputs->emplace_back(t);
-    return TakeStatus(s);
   }
 
  private:
-  static void Require(const Status& s, const char* what) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s: %s\n", what, s.message.c_str());
-      std::exit(2);
-    }
-  }
-
-  TF_Operation* Finish(TF_OperationDescription* d, const char* name) {
-    TF_Status* s = TF_NewStatus();
-    TF_Operation* op = TF_FinishOperation(d, s);
-    Require(TakeStatus(s), name);
-    return op;
-  }
-
-  TF_Output Placeholder(const char* name, TF_DataType type) {
-    TF_OperationDescription* d = TF_NewOperation(graph_, "Placeholder", name);
-    TF_SetAttrType(d, "dtype", type);
-    return {Finish(d, name), 0};
-  }
-
-  TF_Graph* graph_;
   TF_DataType type_;
-  TF_Session* session_ = nullptr;
   std::map<std::pair<int64_t, int64_t>, TF_Output> threshold_ops_;
 };
-
-Tensor Scalar64(int64_t v) { return MakeTensor<int64_t>(TF_INT64, {}, {v}); }
 
 const int64_t kSizes[] = {0, 1, 1000, 100003};
 
@@ -784,12 +642,6 @@ void TestDtype() {
 
 // ---- Errors --------------------------------------------------------------------
 
-void CheckError(const Status& s, const std::string& needle) {
-  CHECK(s.code == TF_INVALID_ARGUMENT) << "code " << s.code << " (" << s.message << ")";
-  CHECK(s.message.find(needle) != std::string::npos)
-      << "message \"" << s.message << "\" does not name \"" << needle << "\"";
-}
-
 void TestErrors() {
   SparseGraph graph(TF_FLOAT);
   std::vector<Tensor> out;
@@ -906,24 +758,10 @@ void TestErrors() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* env_path = std::getenv("TFCOMP_OPS_LIB");
-  std::string path = argc > 1 ? argv[1] : (env_path ? env_path : "");
-  if (path.empty()) {
-    std::fprintf(stderr, "usage: %s path/to/_tfcomp_ops.so (or set TFCOMP_OPS_LIB)\n", argv[0]);
-    return 2;
-  }
-  if (path.find('/') == std::string::npos) path = "./" + path;  // dlopen would search the lib path
-
-  TF_Status* s = TF_NewStatus();
-  TF_LoadLibrary(path.c_str(), s);  // the handle stays loaded for the process
-  if (TF_GetCode(s) != TF_OK) {
-    std::fprintf(stderr, "TF_LoadLibrary(%s): %s\n", path.c_str(), TF_Message(s));
-    return 2;
-  }
-  TF_DeleteStatus(s);
+  LoadOpLibraryOrExit(argc, argv);
 
   Case("reference conversions", [] {
-    // The test's own float -> half and float -> bfloat16 rounding.
+    // tf_c_api.h's float -> half and float -> bfloat16 rounding.
     CHECK(HalfFromFloat(1.0f) == 0x3c00);
     CHECK(HalfFromFloat(-2.0f) == 0xc000);
     CHECK(HalfFromFloat(65504.0f) == 0x7bff);
