@@ -45,7 +45,7 @@ def table(title, rows):
              f"{'vs dense':>10}{'accuracy':>10}"]
     for r in rows:
         lines.append(f"{r['compression']:<14}{r['step_ms']:>9.2f}{base['step_ms'] / r['step_ms']:>9.2f}x"
-                     f"{r['bytes_per_step']:>19,}{r['dense_bytes'] / r['bytes_per_step']:>9.1f}x"
+                     f"{r['bytes_per_step']:>19,.0f}{r['dense_bytes'] / r['bytes_per_step']:>9.1f}x"
                      f"{100 * r['accuracy']:>9.1f}%")
     return "\n".join(lines)
 
