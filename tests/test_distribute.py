@@ -84,7 +84,8 @@ def test_a_lost_worker_fails_the_step_instead_of_hanging(tmp_path):
                                  per_worker_args=[[], ["--interrupt_at=3"]])
     assert codes[1] == 3
     assert codes[0] not in (0, None) and codes[0] > 0, "the surviving worker must fail, not hang or be killed"
-    assert "DeadlineExceeded" in logs[0] or "timed out" in logs[0] or "Unavailable" in logs[0], logs[0][-2000:]
+    errors = ("DeadlineExceeded", "timed out", "Unavailable", "Aborted", "Cancelled")
+    assert any(e in logs[0] for e in errors), logs[0][-2000:]  # a collective error, whichever comes first
     assert time.monotonic() - start < 120
 
 
