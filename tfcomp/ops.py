@@ -30,7 +30,7 @@ import tensorflow as tf
 LIBRARY_PATH = pathlib.Path(__file__).resolve().parent / "_tfcomp_ops.so"
 REBUILD_HINT = ("Rebuild it from the tfcomp checkout with `make build` "
                 "(or `pip install --no-build-isolation -e .`).")
-SIGN_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)  # every op's float types
+FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)  # every op takes these
 
 _BUILD_INFO = re.compile(rb"tfcomp-build-info: tensorflow=([^ ;]+) cuda=([01]);")
 
@@ -69,8 +69,8 @@ def library():
 
 
 def _check_dtype(dtype, what):
-    if dtype not in SIGN_DTYPES:
-        names = ", ".join(d.name for d in SIGN_DTYPES)
+    if dtype not in FLOAT_DTYPES:
+        names = ", ".join(d.name for d in FLOAT_DTYPES)
         raise TypeError(f"{what} must be one of {names}, got {dtype.name}")
 
 
