@@ -103,6 +103,25 @@ def test_sampled_threshold_matches_reference(n, num_samples, k, dtype, specials)
     assert got.numpy().tobytes() == np.asarray(expected).tobytes(), (got.numpy(), expected)
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.float16], ids=lambda d: d.name)
+@pytest.mark.parametrize("n, num_samples, k", [
+    (1 << 20, 20000, 1), (1 << 20, 20000, 200), (1 << 20, 20000, 5000), (1 << 20, 20000, 19999),
+    (30000, 40000, 3000)])
+def test_sampled_threshold_with_ties_and_signed_zeros(n, num_samples, k, dtype):
+    """Few distinct magnitudes (many ties at the k-th), -0, NaN and +-Inf: the
+    k-th largest still matches the sort-based reference bit for bit, whatever
+    order the kernel prunes its candidates in."""
+    rng = np.random.default_rng(k)
+    g = (rng.integers(-8, 9, n) * 0.25).astype(np.float32)
+    g[rng.choice(n, n // 10, replace=False)] = -0.0
+    g[rng.choice(n, 50, replace=False)] = np.nan
+    g[rng.choice(n, 50, replace=False)] = np.inf
+    g = g.astype(dtype.as_numpy_dtype)
+    got = ops.sampled_threshold(g, (k, 5), num_samples, k)
+    expected = ref.sampled_threshold(g, (k, 5), num_samples, k)
+    assert got.numpy().tobytes() == np.asarray(expected).tobytes(), (got.numpy(), expected)
+
+
 def test_sampled_threshold_samples_runs_across_the_whole_tensor():
     n, samples = 1 << 20, 10486
     positions = ref.sample_positions((1, 2), samples, n)

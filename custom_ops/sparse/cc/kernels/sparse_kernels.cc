@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -63,9 +64,101 @@ struct Slots {
   }
 };
 
+// Large capacities on one thread. Slot arrays much larger than the cache,
+// written at random while the input streams through (and evicts them), miss
+// the cache on nearly every write. Instead the pass appends each selected
+// (slot, index, value) to the bucket of its slot's group (the slot's high
+// bits: kSlotGroupBytes of slot arrays per group), in index order; when a
+// bucket fills, and at the end, every bucket is written out group by group,
+// one cache-resident range of the slot arrays at a time. Buckets are written
+// in the order their entries were selected, and all of them before any later
+// entry, so the largest index still wins each slot.
+constexpr int64_t kSlotGroupBytes = int64_t{256} << 10;
+
 template <typename T, typename Index>
+bool UseSlotGroups(int64_t capacity) {
+  return capacity * static_cast<int64_t>(sizeof(T) + sizeof(Index)) > kSlotGroupBytes;
+}
+
+template <typename T, typename Index>
+class GroupedSlots {
+ public:
+  GroupedSlots(sparse::HashParams hash, int64_t capacity, T* values, Index* indices)
+      : hash_(hash), capacity_(capacity), values_(values), indices_(indices) {
+    while ((int64_t{2} << shift_) * static_cast<int64_t>(sizeof(T) + sizeof(Index)) <=
+           kSlotGroupBytes) {
+      ++shift_;
+    }
+    const int64_t group_slots = int64_t{1} << shift_;
+    groups_ = (capacity + group_slots - 1) >> shift_;
+    // The slots' hashes spread entries evenly over the groups: a bucket a
+    // quarter larger than its group rarely fills before the pass ends.
+    bucket_size_ = group_slots + group_slots / 4;
+    entries_.reset(new Entry[groups_ * bucket_size_]);
+    cursors_.resize(groups_);
+    ends_.resize(groups_);
+    for (int64_t k = 0; k < groups_; ++k) {
+      cursors_[k] = entries_.get() + k * bucket_size_;
+      ends_[k] = cursors_[k] + bucket_size_;
+    }
+  }
+
+  void Claim(int64_t i, T value) {
+    const uint64_t slot = static_cast<uint64_t>(sparse::HashSlot(hash_, i, capacity_));
+    const uint64_t group = slot >> shift_;
+    Entry* e = cursors_[group]++;
+    e->offset = static_cast<uint32_t>(slot & ((uint64_t{1} << shift_) - 1));
+    e->index = static_cast<Index>(i);
+    e->value = value;
+    if (__builtin_expect(cursors_[group] == ends_[group], 0)) Flush();
+  }
+
+  // Writes out every bucket (the first time, each group's range is emptied
+  // first) and empties them. Called once more after the pass.
+  __attribute__((noinline)) void Flush() {
+    const int64_t group_slots = int64_t{1} << shift_;
+    for (int64_t k = 0; k < groups_; ++k) {
+      const int64_t base = k * group_slots;
+      T* values = values_ + base;
+      Index* indices = indices_ + base;
+      if (!filled_) {
+        const int64_t length = std::min(group_slots, capacity_ - base);
+        std::fill(indices, indices + length, static_cast<Index>(sparse::kEmptyIndex));
+        std::fill(values, values + length, T(0));
+      }
+      Entry* const begin = entries_.get() + k * bucket_size_;
+      for (const Entry* e = begin; e != cursors_[k]; ++e) {
+        indices[e->offset] = e->index;
+        values[e->offset] = e->value;
+      }
+      cursors_[k] = begin;
+    }
+    filled_ = true;
+  }
+
+ private:
+  struct Entry {
+    uint32_t offset;  // slot - group * 2^shift
+    Index index;
+    T value;
+  };
+
+  const sparse::HashParams hash_;
+  const int64_t capacity_;
+  T* const values_;
+  Index* const indices_;
+  int shift_ = 0;  // 2^shift slots per group
+  int64_t groups_ = 0;
+  int64_t bucket_size_ = 0;
+  std::unique_ptr<Entry[]> entries_;  // groups_ buckets of bucket_size_; not initialized
+  std::vector<Entry*> cursors_;
+  std::vector<Entry*> ends_;
+  bool filled_ = false;
+};
+
+template <typename T, typename Sink>
 void SelectRangeGeneric(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                        const Slots<T, Index>& slots) {
+                        Sink& slots) {
   for (int64_t i = begin; i < end; ++i) {
     if (sparse::Selected(AbsValue(g[i]), t)) slots.Claim(i, g[i]);
   }
@@ -73,9 +166,9 @@ void SelectRangeGeneric(const T* g, int64_t begin, int64_t end, typename Accumul
 
 #if TFCOMP_X86
 // float32 with AVX2: one compare per 8 elements; selected elements are rare.
-template <typename Index>
+template <typename Sink>
 __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_t begin, int64_t end,
-                                                          float t, const Slots<float, Index>& slots) {
+                                                          float t, Sink& slots) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 threshold = _mm256_set1_ps(t);
   int64_t i = begin;
@@ -94,9 +187,10 @@ __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_
 }
 #endif
 
-template <typename T, typename Index>
+// Calls slots.Claim(i, g[i]) for every selected i in [begin, end), in order.
+template <typename T, typename Sink>
 void SelectRange(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                 const Slots<T, Index>& slots) {
+                 Sink& slots) {
 #if TFCOMP_X86
   if constexpr (std::is_same_v<T, float>) {
     static const bool has_avx2 = __builtin_cpu_supports("avx2");
@@ -104,6 +198,63 @@ void SelectRange(const T* g, int64_t begin, int64_t end, typename Accumulator<T>
   }
 #endif
   SelectRangeGeneric(g, begin, end, t, slots);
+}
+
+// The k-th largest of a stream of magnitudes. Values above a floor are appended
+// branch-free to a buffer; when the buffer holds more than `limit`, a
+// selection (nth_element) keeps the k largest and raises the floor to the k-th
+// of them. Later values at or below the floor cannot be among the k largest
+// (k values >= floor are already kept), so they are dropped. In a random order
+// the floor soon passes most values, and the buffer is pruned
+// O(log(count / k)) times, each in O(limit) time; a heap would pay O(log k)
+// per value that enters the top k, with unpredictable branches.
+template <typename Acc>
+class KthLargest {
+ public:
+  // Values arrive in batches of at most max_batch.
+  KthLargest(int64_t k, int64_t max_batch)
+      : k_(k), limit_(std::max<int64_t>(2 * k, k + 1024)), buffer_(limit_ + max_batch) {}
+
+  // Offers magnitude(x[0]), ..., magnitude(x[length - 1]), length <= max_batch.
+  template <typename T, typename Magnitude>
+  void Offer(const T* x, int64_t length, Magnitude magnitude) {
+    Acc* out = buffer_.data();
+    int64_t size = size_;
+    const Acc floor = floor_;
+    for (int64_t j = 0; j < length; ++j) {
+      const Acc v = magnitude(x[j]);
+      out[size] = v;
+      size += v > floor;
+    }
+    size_ = size;
+    if (size_ > limit_) Prune();
+  }
+
+  // Needs at least k values offered in all.
+  Acc Get() {
+    Prune();
+    return buffer_[k_ - 1];
+  }
+
+ private:
+  void Prune() {
+    std::nth_element(buffer_.begin(), buffer_.begin() + (k_ - 1), buffer_.begin() + size_,
+                     std::greater<Acc>());
+    size_ = k_;
+    floor_ = buffer_[k_ - 1];
+  }
+
+  const int64_t k_;
+  const int64_t limit_;
+  std::vector<Acc> buffer_;
+  int64_t size_ = 0;
+  Acc floor_ = -std::numeric_limits<Acc>::infinity();  // below every magnitude
+};
+
+// Prefetches the bytes [p, p + bytes) for reading.
+inline void PrefetchRange(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(c + offset, 0);
 }
 
 }  // namespace
@@ -115,10 +266,16 @@ struct HashSelect<CPUDevice, T, Index> {
   void operator()(OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
                   sparse::HashParams hash, int64_t capacity, T* values, Index* indices) {
     const auto t = static_cast<typename Accumulator<T>::type>(*threshold);
-    std::fill(indices, indices + capacity, static_cast<Index>(sparse::kEmptyIndex));
-    std::fill(values, values + capacity, T(0));
     const int64_t blocks = (n + kSelectBlock - 1) / kSelectBlock;
     const bool threaded = ctx->device()->tensorflow_cpu_worker_threads()->num_threads > 1 && blocks > 1;
+    if (!threaded && UseSlotGroups<T, Index>(capacity)) {
+      GroupedSlots<T, Index> slots(hash, capacity, values, indices);
+      SelectRange(g, 0, n, t, slots);
+      slots.Flush();
+      return;
+    }
+    std::fill(indices, indices + capacity, static_cast<Index>(sparse::kEmptyIndex));
+    std::fill(values, values + capacity, T(0));
     const Slots<T, Index> slots{hash, capacity, indices, threaded ? nullptr : values};
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
       SelectRange(g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
@@ -158,33 +315,40 @@ struct SampledThreshold<CPUDevice, T> {
       *threshold = T(0);
       return;
     }
-    // The k largest so far, as a min-heap: most samples lose one comparison
-    // against its top, so the pass costs little more than reading the sample.
-    const size_t keep = static_cast<size_t>(std::min(k, count));
-    std::vector<Acc> heap;
-    heap.reserve(keep);
-    auto offer = [&](T x) {
-      const Acc v = sparse::SampleMagnitude(AbsValue(x));
-      if (heap.size() < keep) {
-        heap.push_back(v);
-        std::push_heap(heap.begin(), heap.end(), std::greater<Acc>());
-      } else if (v > heap.front()) {
-        std::pop_heap(heap.begin(), heap.end(), std::greater<Acc>());
-        heap.back() = v;
-        std::push_heap(heap.begin(), heap.end(), std::greater<Acc>());
-      }
+    // |x| with NaN as +Inf (and -0 as +0, which compares equal anyway).
+    const auto magnitude = [](T x) {
+      return sparse::SampleMagnitude(AbsValue(x)) + Acc(0);
     };
+    KthLargest<Acc> top(std::min(k, count), sparse::kSampleRun);
     if (n <= num_samples) {
-      for (int64_t i = 0; i < n; ++i) offer(g[i]);
+      for (int64_t i = 0; i < n; i += sparse::kSampleRun) {
+        top.Offer(g + i, std::min(sparse::kSampleRun, n - i), magnitude);
+      }
+      *threshold = static_cast<T>(top.Get());
+      return;
     }
-    for (int64_t run = 0; n > num_samples && run < sparse::NumSampleRuns(num_samples); ++run) {
-      const int64_t start = sparse::SampleRunStart(hash, run, num_samples, n);
-      const int64_t length = std::min(sparse::kSampleRun, num_samples - run * sparse::kSampleRun);
-      const int64_t inside = std::min(length, n - start);  // positions past the end read g[n - 1]
-      for (int64_t j = 0; j < inside; ++j) offer(g[start + j]);
-      for (int64_t j = inside; j < length; ++j) offer(g[n - 1]);
+    // The runs lie at random offsets of a tensor far larger than the cache:
+    // fetch a few runs ahead, or each run waits on memory.
+    constexpr int64_t kAhead = 4;
+    const int64_t runs = sparse::NumSampleRuns(num_samples);
+    auto run_start = [&](int64_t run) { return sparse::SampleRunStart(hash, run, num_samples, n); };
+    auto run_length = [&](int64_t run) {
+      return std::min(sparse::kSampleRun, num_samples - run * sparse::kSampleRun);
+    };
+    auto prefetch = [&](int64_t run) {
+      const int64_t s = run_start(run);
+      PrefetchRange(g + std::min(s, n - 1), std::min(run_length(run), n - s) * int64_t{sizeof(T)});
+    };
+    for (int64_t run = 0; run < std::min(kAhead, runs); ++run) prefetch(run);
+    for (int64_t run = 0; run < runs; ++run) {
+      if (run + kAhead < runs) prefetch(run + kAhead);
+      const int64_t s = run_start(run);
+      const int64_t length = run_length(run);
+      const int64_t inside = std::min(length, n - s);  // positions past the end read g[n - 1]
+      top.Offer(g + s, inside, magnitude);
+      for (int64_t j = inside; j < length; ++j) top.Offer(g + n - 1, 1, magnitude);
     }
-    *threshold = static_cast<T>(heap.front());
+    *threshold = static_cast<T>(top.Get());
   }
 };
 
