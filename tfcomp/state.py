@@ -7,7 +7,12 @@ Residuals differ from worker to worker, yet tf.distribute restores every
 worker from the chief's checkpoint. So the per-tensor state is saved as every
 worker's values stacked, [K, ...], gathered across workers at save time (as
 tf.distribute does for its own sync-on-read variables, every worker takes part
-in a save), and each worker restores its own row. The engine builds all
+in a save), and each worker restores its own row. Horovod's convention is the
+opposite (rank 0 alone writes checkpoints), so there each worker saves only its
+own values, tagged with its rank: a worker that restores another rank's save
+keeps the state all workers share (PowerSGD's factors, the step) and starts
+its own error-feedback memory (PER_WORKER_STATE) from zero, with a warning;
+per-rank checkpoints lose nothing. The engine builds all
 per-tensor variables before it attaches the state to the optimizer, so a
 restore that waited for the state (Keras restores before the first step)
 finds them.
@@ -16,9 +21,26 @@ import contextlib
 import re
 
 import tensorflow as tf
+from absl import logging
 from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.training.saving import saveable_object
+
+
+STATE_ATTRIBUTE = "tfcomp_state"  # where the state hangs on the optimizer (and in checkpoints)
+#: State names whose values differ from worker to worker (error-feedback memory);
+#: every other state variable holds the same value on every worker.
+PER_WORKER_STATE = ("residual", "velocity")
+_SAVED_BY = "tfcomp-saved-by"  # [rank, num_workers] of the worker that saved its own rows
+
+
+def attach(owner, state):
+    """Hangs state on owner (an optimizer) so that its checkpoints carry it."""
+    setattr(owner, STATE_ATTRIBUTE, state)
+    trackable = tf.__internal__.tracking
+    if isinstance(owner, trackable.Trackable) and not isinstance(owner, trackable.AutoTrackable):
+        # Keras' legacy optimizers (and tensorflow-addons') track dependencies explicitly.
+        owner._track_trackable(state, name=STATE_ATTRIBUTE, overwrite=True)  # pylint: disable=protected-access
 
 
 def _key(tensor_name):
@@ -47,12 +69,15 @@ class CompressionState(tf.Module):
     """Per-tensor state variables, created on first use and found again by name.
 
     gather(tensor) -> [num_workers, ...] stacks every worker's tensor (None for
-    a single worker); rank is this worker's row.
+    a single worker); rank is this worker's row. With own_rows=True (Horovod)
+    nothing is gathered: each worker saves its own values and its rank.
     """
 
-    def __init__(self, name="tfcomp_state", device=None, gather=None, num_workers=1, rank=0):
+    def __init__(self, name="tfcomp_state", device=None, gather=None, num_workers=1, rank=0,
+                 own_rows=False):
         super().__init__(name=name)
         self._device = device
+        self._own_rows = own_rows
         self._gather = gather or (lambda t: t[None])
         self._num_workers = num_workers
         self._rank = rank
@@ -87,6 +112,10 @@ class CompressionState(tf.Module):
             # Traced into a SavedModel's save function, whose graph cannot reach
             # these untracked variables: a SavedModel does not carry the state.
             return {}
+        if self._own_rows:
+            saved = {path: var.read_value() for path, var in variables.items()}
+            saved[_SAVED_BY] = tf.constant([self._rank, self._num_workers], tf.int64)
+            return saved
         # Callables: the gather (a collective) runs when saving, never when a
         # restore only asks which tensors there are.
         return {path: saveable_object.SaveSpec(lambda var=var: self._gather(var.read_value()), "", path,
@@ -94,6 +123,8 @@ class CompressionState(tf.Module):
                 for path, var in variables.items()}
 
     def _restore_from_tensors(self, restored_tensors):
+        if self._own_rows:
+            return self._restore_own_rows(dict(restored_tensors))
         assigns = []
         for path, stacked in restored_tensors.items():
             saved_workers = stacked.shape[0]
@@ -104,4 +135,26 @@ class CompressionState(tf.Module):
                     f"Resume with {saved_workers} workers.")
             key, name = path.rsplit("--", 1)
             assigns.append(self._tensors[key][name].assign(stacked[self._rank]))
+        return tf.group(assigns)
+
+    def _restore_own_rows(self, restored):
+        saved_by = restored.pop(_SAVED_BY)
+        if tf.executing_eagerly():
+            saved_rank, saved_workers = saved_by.numpy().tolist()
+            if saved_workers != self._num_workers:
+                raise ValueError(
+                    f"the checkpoint holds tfcomp state saved by one of {saved_workers} workers, this run "
+                    f"has {self._num_workers}: error-feedback residuals cannot be split differently. "
+                    f"Resume with {saved_workers} workers.")
+            if saved_rank != self._rank and any(p.rsplit("--", 1)[1] in PER_WORKER_STATE for p in restored):
+                logging.warning(
+                    "tfcomp: rank %d restores state saved by rank %d: its error-feedback memory restarts "
+                    "from zero. Write a checkpoint per rank to keep every rank's.", self._rank, saved_rank)
+        same_rank = tf.equal(saved_by[0], self._rank)
+        assigns = []
+        for path, value in restored.items():
+            key, name = path.rsplit("--", 1)
+            if name in PER_WORKER_STATE:
+                value = tf.where(same_rank, value, tf.zeros_like(value))
+            assigns.append(self._tensors[key][name].assign(value))
         return tf.group(assigns)

@@ -15,9 +15,7 @@ from tensorflow.python.util import nest
 
 from tfcomp.distribute import gradient_calls
 from tfcomp import fusion
-from tfcomp.state import CompressionState
-
-STATE_ATTRIBUTE = "tfcomp_state"  # where the state hangs on the optimizer (and in checkpoints)
+from tfcomp import state as state_lib
 
 
 class LauncherCollectives:
@@ -58,13 +56,13 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
         it is built (every tensor's variables) first.
         """
         holder = optimizer if optimizer is not None else self
-        state = getattr(holder, STATE_ATTRIBUTE, None)
+        state = getattr(holder, state_lib.STATE_ATTRIBUTE, None)
         if state is None:
             with ops.init_scope():
-                state = CompressionState(device=self._devices[0], gather=self._gather_across_workers,
-                                         num_workers=self._group_size, rank=self._rank)
+                state = state_lib.CompressionState(device=self._devices[0], gather=self._gather_across_workers,
+                                                   num_workers=self._group_size, rank=self._rank)
                 state.build(specs)
-                setattr(holder, STATE_ATTRIBUTE, state)
+                state_lib.attach(holder, state)
         return state
 
     def _gather_across_workers(self, tensor):

@@ -2,17 +2,14 @@
 compressed gradient aggregation. Swap it in for tf.distribute's and keep the
 rest of the program (TF_CONFIG, strategy.scope(), model.fit or strategy.run).
 """
-import json
-import zlib
-
 import tensorflow as tf
 from tensorflow.python.distribute import collective_util
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
+from tfcomp import agreement
 from tfcomp.distribute import gradient_calls
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
 from tfcomp.exchange import Exchange
-from tfcomp.selection import CompressionProfile
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
@@ -61,39 +58,24 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def _check_workers_agree(self):
         """Every worker must run the same exchange, or payloads would not line up."""
-        config = json.dumps(self.exchange.config(), sort_keys=True, default=str)
-        fingerprint = zlib.crc32(config.encode())
+        def gather(value):
+            @tf.function
+            def run():
+                ctx = tf.distribute.get_replica_context()
+                return ctx.all_gather(tf.constant([value], tf.int64), axis=0)
+            return self.experimental_local_results(self.run(run))[0].numpy().tolist()
 
-        @tf.function
-        def gather():
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_gather(tf.constant([fingerprint], tf.int64), axis=0)
-
-        per_replica = self.run(gather)
-        gathered = self.experimental_local_results(per_replica)[0].numpy().tolist()
-        if len(set(gathered)) != 1:
-            raise ValueError(
-                f"workers disagree on the compression: this worker (task "
-                f"{self.cluster_resolver.task_id}) runs {config} (fingerprint {fingerprint}); the "
-                f"workers' fingerprints in task order are {gathered}. Give every worker the same "
-                f"compression= and exchange options.")
-
+        agreement.check_workers_agree(self.exchange, gather, self.cluster_resolver.task_id)
 
     def _share_compression_profile(self):
-        """Tensor selection decides from measured compression times; the workers
-        average theirs, so that they all make the same decisions."""
-        selection = self.exchange.selection
-        if not selection:
-            return
-        local = selection.profile(self.compressor)
+        def average(seconds):
+            @tf.function
+            def run():
+                ctx = tf.distribute.get_replica_context()
+                return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, tf.constant(seconds, tf.float64))
+            return self.experimental_local_results(self.run(run))[0].numpy().tolist()
 
-        @tf.function
-        def average():
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, tf.constant(local.seconds, tf.float64))
-
-        shared = self.experimental_local_results(self.run(average))[0].numpy()
-        selection.set_profile(self.compressor, CompressionProfile(local.sizes, shared.tolist()))
+        agreement.share_compression_profile(self.exchange, average)
 
 
 def _with_timeout(options):

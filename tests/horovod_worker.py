@@ -1,0 +1,161 @@
+"""One rank of a Horovod test (run under horovodrun): trains a small Keras
+model with tfcomp.horovod.DistributedOptimizer / DistributedGradientTape, or
+with Horovod's own optimizer for comparison, and writes its losses and final
+weights as JSON (out/rank<r>.json)."""
+import json
+import pathlib
+
+import horovod.tensorflow as hvd_tf
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+import tfcomp
+import tfcomp.horovod
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "Directory for rank<r>.json.")
+flags.DEFINE_enum("engine", "tfcomp", ["tfcomp", "horovod"], "tfcomp's wrapper or hvd.DistributedOptimizer.")
+flags.DEFINE_string("compression", "NoCompression",
+                    "tfcomp compressor class name, or hvd.none / hvd.fp16 for Horovod's.")
+flags.DEFINE_string("rank1_compression", None, "Rank 1 asks for this compression instead (disagreement test).")
+flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or a GradientTape loop.")
+flags.DEFINE_enum("optimizer", "sgd", ["sgd", "legacy_sgd", "lamb", "adamw"], "The wrapped optimizer.")
+flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
+flags.DEFINE_float("lr", 0.05, "Learning rate.")
+flags.DEFINE_float("ratio", None, "The sparsifiers' ratio.")
+flags.DEFINE_integer("rank", None, "The low-rank compressors' rank.")
+flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
+flags.DEFINE_integer("backward_passes_per_step", 1, "Local gradient accumulation.")
+flags.DEFINE_bool("horovod_callbacks", False, "Broadcast, metric average and learning-rate warm-up callbacks.")
+flags.DEFINE_string("backup_dir", None, "BackupAndRestore into <dir>/rank<r>.")
+flags.DEFINE_integer("interrupt_at", -1, "Exit (code 3) at this step, after a backup.")
+
+GLOBAL_BATCH = 64
+BATCHES_PER_EPOCH = 8
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((GLOBAL_BATCH * BATCHES_PER_EPOCH, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 10)).astype(np.float32)
+    y = np.argmax(x @ w, axis=1).astype(np.int64)
+    return x, y
+
+
+def build_model():
+    tf.keras.utils.set_random_seed(1)
+    return tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
+                                tf.keras.layers.Dense(10)])
+
+
+def make_optimizer():
+    if FLAGS.optimizer == "sgd":
+        return tf.keras.optimizers.SGD(FLAGS.lr)
+    if FLAGS.optimizer == "legacy_sgd":
+        return tf.keras.optimizers.legacy.SGD(FLAGS.lr)
+    import tensorflow_addons as tfa  # pylint: disable=import-outside-toplevel
+    if FLAGS.optimizer == "lamb":
+        return tfa.optimizers.LAMB(FLAGS.lr)
+    return tfa.optimizers.AdamW(weight_decay=1e-4, learning_rate=FLAGS.lr)
+
+
+def compression():
+    name = FLAGS.rank1_compression if FLAGS.rank1_compression and hvd.rank() == 1 else FLAGS.compression
+    if name.startswith("hvd."):
+        return getattr(hvd.Compression, name[4:])
+    compressor = getattr(tfcomp, name)
+    if FLAGS.ratio is not None:
+        compressor = compressor(ratio=FLAGS.ratio)
+    if FLAGS.rank is not None:
+        compressor = compressor(matrix_approximation_rank=FLAGS.rank)
+    return compressor
+
+
+def exchange_options():
+    return {"min_compress_elements": FLAGS.min_compress_elements, "selection": False}
+
+
+def wrap(optimizer):
+    if FLAGS.engine == "horovod":
+        return hvd.DistributedOptimizer(optimizer, compression=compression(),
+                                        backward_passes_per_step=FLAGS.backward_passes_per_step)
+    return tfcomp.horovod.DistributedOptimizer(optimizer, compression=compression(),
+                                               backward_passes_per_step=FLAGS.backward_passes_per_step,
+                                               **exchange_options())
+
+
+def shard(x, y):
+    """This rank's part of every global batch."""
+    per_rank = GLOBAL_BATCH // hvd.size()
+    mine = slice(hvd.rank() * per_rank, (hvd.rank() + 1) * per_rank)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).map(lambda xb, yb: (xb[mine], yb[mine]))
+
+
+class Interrupt(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == FLAGS.interrupt_at:
+            raise SystemExit(3)
+
+
+def train_fit(x, y):
+    model = build_model()
+    optimizer = wrap(make_optimizer())
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callbacks = []
+    if FLAGS.horovod_callbacks:
+        callbacks += [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
+                      hvd.callbacks.LearningRateWarmupCallback(initial_lr=FLAGS.lr, warmup_epochs=2,
+                                                               steps_per_epoch=BATCHES_PER_EPOCH, verbose=0)]
+    if FLAGS.backup_dir:
+        callbacks.append(tf.keras.callbacks.BackupAndRestore(f"{FLAGS.backup_dir}/rank{hvd.rank()}"))
+    if FLAGS.interrupt_at >= 0:
+        callbacks.append(Interrupt())
+    history = model.fit(shard(x, y), epochs=-(-FLAGS.steps // BATCHES_PER_EPOCH), verbose=0, callbacks=callbacks)
+    return model, optimizer, [float(loss) for loss in history.history["loss"]]
+
+
+def train_custom(x, y):
+    model = build_model()
+    optimizer = make_optimizer()
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(yb, model(xb))
+        if FLAGS.engine == "horovod":
+            tape = hvd_tf.DistributedGradientTape(tape, compression=compression())
+        else:
+            tape = tfcomp.horovod.DistributedGradientTape(tape, compression=compression(), optimizer=optimizer,
+                                                          **exchange_options())
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return hvd_tf.allreduce(loss)
+
+    batches = iter(shard(x, y).repeat())
+    losses = [float(step(*next(batches))) for _ in range(FLAGS.steps)]
+    return model, optimizer, losses
+
+
+def main(argv):
+    del argv
+    hvd.init()
+    x, y = data()
+    model, optimizer, losses = (train_fit if FLAGS.loop == "fit" else train_custom)(x, y)
+    result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()],
+              "optimizer_class": type(optimizer).__name__}
+    state = getattr(optimizer, "tfcomp_state", None)
+    result["state_step"] = int(state.step.numpy()) if state is not None else None
+    if FLAGS.engine == "tfcomp":
+        engine = getattr(optimizer, "tfcomp_engine", None) or getattr(optimizer, "_tfcomp_engine")
+        result["payload_bytes"] = engine.payload_bytes(model.trainable_variables)
+    out = pathlib.Path(FLAGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{hvd.rank()}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out")
+    app.run(main)

@@ -1,0 +1,145 @@
+"""tfcomp.horovod with real `horovodrun -np 2/3` jobs (Gloo) on localhost."""
+import json
+import time
+
+import numpy as np
+import pytest
+
+from tfcomp.testing.horovod_cluster import horovodrun
+
+STEPS = 32
+DENSE_BYTES = 4 * (64 * 64 + 64 + 64 * 10 + 10)
+
+
+def train(tmp_path, ranks=2, env=None, **flags):
+    args = [f"--{k}={v}" for k, v in flags.items()]
+    code, log, results = horovodrun("tests.horovod_worker", ranks, args, tmp_path, env=env)
+    assert code == 0 and None not in results, f"horovodrun exited {code}:\n{log[-4000:]}"
+    return results
+
+
+def assert_identical_weights(results):
+    for other in results[1:]:
+        for a, b in zip(results[0]["weights"], other["weights"]):
+            np.testing.assert_array_equal(np.array(a), np.array(b))
+
+
+def assert_learns(results):
+    losses = results[0]["losses"]
+    assert losses[-1] < 0.85 * losses[0], losses
+
+
+def exchange_collectives(timeline_path):
+    """[(operation, dtype, elements)] of every grouped collective in Horovod's own
+    timeline: the exchange's fused buffers (startup checks are not grouped)."""
+    text = timeline_path.read_text().strip().rstrip(",")
+    events = json.loads(text if text.endswith("]") else text + "]")
+    names = {e["pid"]: e["args"].get("name", "") for e in events if e.get("name") == "process_name"}
+    grouped = {pid for pid, name in names.items() if "HorovodGrouped" in name}
+    ops, open_ops = [], {}
+    for e in events:
+        if e.get("pid") not in grouped:
+            continue
+        if e.get("ph") == "B" and e["name"] in ("ALLREDUCE", "ALLGATHER"):
+            open_ops[e["pid"]] = e["name"]
+        elif e.get("ph") == "E" and "shape" in e.get("args", {}) and e["pid"] in open_ops:
+            elements = int(np.prod(json.loads(e["args"]["shape"])))
+            ops.append((open_ops.pop(e["pid"]), e["args"]["dtype"], elements))
+    return ops
+
+
+def test_no_compression_matches_horovods_optimizer(tmp_path):
+    ours = train(tmp_path / "tfcomp", compression="NoCompression")
+    theirs = train(tmp_path / "horovod", engine="horovod", compression="hvd.none")
+    assert_identical_weights(ours)
+    for a, b in zip(ours[0]["weights"], theirs[0]["weights"]):
+        np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ours[0]["losses"], theirs[0]["losses"], rtol=1e-6)
+    assert ours[0]["state_step"] == STEPS
+    assert ours[0]["optimizer_class"] == "SGD"  # saved models load without tfcomp
+
+
+SPARSE = {"ratio": 0.05}
+# Sent dense, by allreduce, with any compressor: the 1-D biases and the 64x10
+# kernel (under min_compress_elements=1024). The 64x64 kernel is compressed.
+DENSE_REST = 64 + 10 + 64 * 10
+
+
+@pytest.mark.parametrize("compression, lr, ranks, extra, sends", [
+    ("hvd.fp16", 0.2, 2, {}, "float16 allreduce"), ("SignSGD", 0.01, 2, {}, "allgather"),
+    ("EFSignSGD", 0.2, 3, {}, "allgather"), ("DRAGONN", 0.2, 2, SPARSE, "allgather"),
+    ("DRAGONN", 0.2, 3, SPARSE, "allgather"), ("DGC", 0.2, 2, SPARSE, "allgather"),
+    ("TopK", 0.2, 2, SPARSE, "allgather"), ("RandomK", 0.5, 2, SPARSE, "allreduce"),
+    ("PowerSGD", 0.2, 2, {"rank": 4}, "allreduce"), ("ACPSGD", 0.2, 3, {"rank": 4}, "allreduce")])
+def test_compressors_train_under_model_fit(tmp_path, compression, lr, ranks, extra, sends):
+    timeline = tmp_path / "horovod_timeline.json"
+    results = train(tmp_path, ranks, env={"HOROVOD_TIMELINE": str(timeline)}, compression=compression, lr=lr,
+                    **extra)
+    assert_identical_weights(results)
+    assert_learns(results)
+    if compression != "hvd.fp16":
+        assert results[0]["payload_bytes"] < DENSE_BYTES
+    assert results[0]["state_step"] == STEPS
+
+    # What crossed Horovod's collectives, read from Horovod's own timeline.
+    ops = exchange_collectives(timeline)
+    assert len(ops) >= STEPS
+    gathered = [n for kind, _, n in ops if kind == "ALLGATHER"]
+    reduced = [(dtype, n) for kind, dtype, n in ops if kind == "ALLREDUCE"]
+    if sends == "allgather":  # the compressed kernel's payloads
+        assert len(gathered) >= STEPS and all(n < DENSE_BYTES // 4 for n in gathered), ops[:4]
+        assert {n for _, n in reduced} == {DENSE_REST}, ops[:4]
+    else:
+        assert gathered == [], ops[:4]
+        if sends == "float16 allreduce":  # the 64x64 kernel; tensors under 1024 elements go dense
+            assert set(reduced) == {("float16", 64 * 64), ("float32", DENSE_REST)}, ops[:4]
+        else:
+            assert sum(n for _, n in reduced) < STEPS * DENSE_BYTES // 4, ops[:4]
+
+
+def test_custom_loop_with_the_tape(tmp_path):
+    results = train(tmp_path, loop="custom", compression="EFSignSGD", lr=0.2, min_compress_elements=100)
+    assert_identical_weights(results)
+    assert_learns(results)
+    assert results[0]["state_step"] == STEPS
+
+
+@pytest.mark.parametrize("optimizer, compression, extra", [
+    ("lamb", "DRAGONN", SPARSE), ("adamw", "PowerSGD", {"rank": 4}), ("legacy_sgd", "EFSignSGD", {})])
+def test_addons_and_legacy_optimizers_with_horovods_callbacks(tmp_path, optimizer, compression, extra):
+    results = train(tmp_path, optimizer=optimizer, compression=compression, horovod_callbacks=True,
+                    lr=0.01 if optimizer != "legacy_sgd" else 0.2, **extra)
+    assert_identical_weights(results)
+    assert_learns(results)
+    assert results[0]["state_step"] == STEPS
+
+
+def test_backward_passes_per_step_exchanges_every_other_step(tmp_path):
+    results = train(tmp_path, compression="EFSignSGD", backward_passes_per_step=2, lr=0.2)
+    assert_identical_weights(results)
+    assert_learns(results)
+    assert results[0]["state_step"] == STEPS // 2
+
+
+def test_a_rank_that_disagrees_on_the_compressor_fails_clearly(tmp_path):
+    start = time.monotonic()
+    code, log, results = horovodrun("tests.horovod_worker", 2,
+                                    ["--compression=SignSGD", "--rank1_compression=EFSignSGD"], tmp_path,
+                                    timeout=120)
+    assert code not in (0, -9), log[-3000:]
+    assert "workers disagree on the compression" in log and "EFSignSGD" in log, log[-3000:]
+    assert results == [None, None]
+    assert time.monotonic() - start < 120
+
+
+def test_per_rank_backup_and_restore_resumes_every_ranks_residuals(tmp_path):
+    backup = tmp_path / "backup"
+    code, log, _ = horovodrun("tests.horovod_worker", 2, ["--compression=EFSignSGD", f"--backup_dir={backup}",
+                                                          "--interrupt_at=20"], tmp_path / "interrupted")
+    assert code != 0, log[-3000:]
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights(resumed)
+    for a, b in zip(resumed[0]["weights"], uninterrupted[0]["weights"]):
+        np.testing.assert_array_equal(np.array(a), np.array(b))
+    assert resumed[0]["state_step"] == STEPS

@@ -1,0 +1,47 @@
+"""tfcomp.horovod's argument handling (no horovodrun needed)."""
+import horovod.tensorflow as hvd
+import pytest
+
+import tfcomp
+from tfcomp.horovod import engine
+
+
+def test_horovods_compression_maps_to_tfcomps():
+    assert engine.tfcomp_compression(hvd.Compression.none) is tfcomp.NoCompression
+    assert engine.tfcomp_compression(hvd.Compression.fp16) is tfcomp.FP16
+    assert engine.tfcomp_compression(tfcomp.DRAGONN) is tfcomp.DRAGONN
+    instance = tfcomp.PowerSGD(2)
+    assert engine.tfcomp_compression(instance) is instance
+
+
+def test_other_horovod_compressors_are_refused():
+    class Custom(hvd.Compression.none):
+        pass
+    # A subclass of Horovod's NoneCompressor is still Horovod's "none".
+    assert engine.tfcomp_compression(Custom) is tfcomp.NoCompression
+    with pytest.raises(ValueError, match="Horovod compressor other than"):
+        engine.tfcomp_compression(hvd.compression.Compressor)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"op": hvd.Adasum}, "op must be hvd.Average or hvd.Sum"),
+    ({"gradient_predivide_factor": 2.0}, "gradient_predivide_factor is not supported"),
+    ({"groups": 2}, "groups are not supported"),
+    ({"process_set": hvd.ProcessSet([0])}, "global process set only")])
+def test_unsupported_horovod_arguments_are_refused(kwargs, message):
+    args = {"op": hvd.Average, "gradient_predivide_factor": 1.0, "groups": None,
+            "process_set": hvd.global_process_set, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        engine.check_horovod_arguments(**args)
+
+
+def test_the_engine_wants_horovod_initialised():
+    if hvd.is_initialized():
+        pytest.skip("Horovod was initialised by another test in this process")
+    with pytest.raises(RuntimeError, match=r"call hvd.init\(\)"):
+        engine.HorovodEngine(tfcomp.DRAGONN)
+
+
+def test_an_unknown_compressor_is_refused_before_anything_runs():
+    with pytest.raises(ValueError, match="compression must be a tfcomp compressor"):
+        tfcomp.horovod.DistributedOptimizer(None, compression="dragonn")

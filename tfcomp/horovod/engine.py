@@ -1,0 +1,155 @@
+"""The Horovod engine: tfcomp's Exchange run with Horovod's collectives.
+
+The optimizer wrapper and the gradient tape both hand their gradients to a
+HorovodEngine, which holds the Exchange and finds the compressor state on the
+object that owns it (the Keras optimizer), so checkpoints carry it.
+"""
+import horovod.tensorflow as hvd
+import tensorflow as tf
+from horovod.tensorflow.compression import Compressor as HorovodCompressor
+from horovod.tensorflow.compression import FP16Compressor, NoneCompressor
+
+from tfcomp import agreement
+from tfcomp import state as state_lib
+from tfcomp.compressors.cast import FP16, NoCompression
+from tfcomp.exchange import Exchange
+
+
+class HorovodCollectives:
+    """The exchange's collective interface on Horovod: one grouped (fused)
+    allreduce or allgather per call, over the global process set."""
+
+    def __init__(self, device=""):
+        self.num_workers = hvd.size()
+        self._device = device
+
+    def allreduce(self, buffers):
+        return hvd.grouped_allreduce(list(buffers), op=hvd.Sum, device_dense=self._device)
+
+    def allgather(self, buffers):
+        return hvd.grouped_allgather(list(buffers))
+
+
+def tfcomp_compression(compression):
+    """compression= as tfcomp takes it: Horovod's Compression.none and .fp16 are
+    tfcomp's NoCompression and FP16; anything else passes on to tfcomp."""
+    def horovods(cls):
+        return isinstance(compression, cls) or (isinstance(compression, type) and issubclass(compression, cls))
+
+    if horovods(NoneCompressor):
+        return NoCompression
+    if horovods(FP16Compressor):
+        return FP16
+    if horovods(HorovodCompressor):
+        raise ValueError(
+            f"compression={compression!r} is a Horovod compressor other than Compression.none/fp16; "
+            f"tfcomp runs its own compressors (tfcomp.DRAGONN, tfcomp.PowerSGD, ...): pass one of those")
+    return compression
+
+
+def check_horovod_arguments(op, gradient_predivide_factor, groups, process_set):
+    """Horovod arguments tfcomp does not take, refused with the reason."""
+    if op not in (hvd.Average, hvd.Sum):
+        raise ValueError(f"op must be hvd.Average or hvd.Sum with tfcomp's compressors, got {op!r}")
+    if gradient_predivide_factor != 1.0:
+        raise ValueError("gradient_predivide_factor is not supported: tfcomp's compressors average "
+                         "(or sum) the gradients themselves")
+    if groups:
+        raise ValueError("num_groups/groups are not supported: tfcomp fuses payloads into buckets of "
+                         "its own (pass bucket_bytes= to size them)")
+    if process_set is not hvd.global_process_set:
+        raise ValueError("tfcomp's Horovod engine reduces over the global process set only")
+
+
+class HorovodEngine:
+    """Averages (op=hvd.Average) or sums (hvd.Sum) gradients over all Horovod
+    ranks through tfcomp's Exchange. Construct it on every rank (it compares
+    the ranks' exchanges, so a rank that disagrees fails here, not in a step)."""
+
+    def __init__(self, compression=None, op=hvd.Average, device="", **exchange_options):
+        self.exchange = Exchange(tfcomp_compression(compression), **exchange_options)
+        if not hvd.is_initialized():
+            raise RuntimeError("call hvd.init() before creating tfcomp's Horovod optimizer or tape")
+        self.reduce_op = "mean" if op == hvd.Average else "sum"
+        self.device = device
+        self.collectives = HorovodCollectives(device)
+        self.description = self._describe(self.exchange, op, device)
+        with tf.init_scope():  # runs eagerly, also when first built inside a traced step
+            agreement.check_workers_agree(self.exchange, self._gather_ints, hvd.rank(), worker_word="rank")
+            agreement.share_compression_profile(self.exchange, self._average_floats)
+
+    @classmethod
+    def describe(cls, compression, op, device, exchange_options):
+        """What an engine made with these arguments does, comparable with .description."""
+        return cls._describe(Exchange(tfcomp_compression(compression), **exchange_options), op, device)
+
+    @staticmethod
+    def _describe(exchange, op, device):
+        return f"{agreement.fingerprint(exchange)[0]}, op={'Average' if op == hvd.Average else 'Sum'}, device={device!r}"
+
+    @staticmethod
+    def _gather_ints(value):
+        return hvd.allgather(tf.constant([value], tf.int64), name="tfcomp.fingerprint").numpy().tolist()
+
+    @staticmethod
+    def _average_floats(values):
+        averaged = hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Average, name="tfcomp.profile")
+        return averaged.numpy().tolist()
+
+    @property
+    def compressor(self):
+        return self.exchange.compressor
+
+    def payload_bytes(self, variables):
+        """Bytes one rank sends per step for these (trainable) variables."""
+        return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables], hvd.size())
+
+    def state_for(self, owner, specs):
+        """owner's CompressionState (each rank saves its own rows), built and attached on first use."""
+        state = getattr(owner, state_lib.STATE_ATTRIBUTE, None)
+        if state is None:
+            with tf.init_scope():
+                state = state_lib.CompressionState(device=self.device or None, num_workers=hvd.size(),
+                                                   rank=hvd.rank(), own_rows=True)
+                state.build(specs)  # before attaching, so that a pending restore finds every variable
+                state_lib.attach(owner, state)
+        return state
+
+    def reduce(self, grads, variables, owner):
+        """The reduced gradients (None stays None), in order; state lives on owner."""
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if not present:
+            return list(grads)
+        flat = [grads[i] for i in present]
+        names = [variables[i].name for i in present]
+        shapes = [(g.shape, g.dtype) for g in flat]
+        state = self.state_for(owner, self.exchange.state_specs(shapes, names, hvd.size()))
+        with tf.device(self.device):
+            reduced = self.exchange.reduce(flat, names, state, self.collectives, self.reduce_op)
+        out = list(grads)
+        for i, r in zip(present, reduced):
+            out[i] = r
+        return out
+
+
+class LocalVariables:
+    """Variables whose gradients stay on their rank (Horovod's register_local_var):
+    not exchanged, and divided by the number of ranks if scale is set."""
+
+    def __init__(self, scale):
+        self.scale = scale
+        self._refs = set()
+
+    def add(self, variable):
+        self._refs.add(variable.ref())
+
+    def reduce(self, engine, grads, variables, owner):
+        shared = [i for i, v in enumerate(variables) if v.ref() not in self._refs]
+        reduced = engine.reduce([grads[i] for i in shared], [variables[i] for i in shared], owner)
+        out = list(grads)
+        if self.scale and self._refs:
+            out = [g / hvd.size() if g is not None and v.ref() in self._refs else g
+                   for g, v in zip(out, variables)]
+        for i, r in zip(shared, reduced):
+            out[i] = r
+        return out
