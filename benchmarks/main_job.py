@@ -25,12 +25,16 @@ flags.DEFINE_integer("epochs", 8, "Training epochs per run.")
 flags.DEFINE_bool("slow_link", False, "Repeat the comparison over an emulated link (needs root).")
 flags.DEFINE_string("link_rate", "1gbit", "tc rate of the emulated link.")
 flags.DEFINE_string("out", None, "Also write the results as JSON here.")
+flags.DEFINE_string("timeline", None, "Each run's workers write a timeline (trace JSON, CSV, PNG) under "
+                    "DIR/<compression>/ (DIR/<link>/<compression>/ for --slow_link).")
 
 
-def run_all(prefix, work_dir, gbps):
+def run_all(prefix, work_dir, gbps, timeline_dir=None):
     rows = []
     for name in FLAGS.compressors:
         args = [f"--compression={name}", f"--epochs={FLAGS.epochs}", f"--bandwidth_gbps={gbps}"]
+        if timeline_dir:
+            args.append(f"--timeline={pathlib.Path(timeline_dir).resolve() / name}")
         codes, logs, results = run_workers("benchmarks.main_job_worker", FLAGS.workers, args,
                                            pathlib.Path(work_dir) / name, timeout=240, prefix=prefix)
         if codes != [0] * FLAGS.workers:
@@ -63,17 +67,20 @@ def main(argv):
     del argv
     results = {}
     with tempfile.TemporaryDirectory(prefix="tfcomp-main-job-") as work_dir:
-        results["loopback"] = run_all((), f"{work_dir}/loopback", FLAGS.loopback_gbps)
+        results["loopback"] = run_all((), f"{work_dir}/loopback", FLAGS.loopback_gbps, FLAGS.timeline)
         print(table(f"\n{FLAGS.workers} workers on localhost (unshaped loopback), digits MLP:",
                     results["loopback"]), flush=True)
         if FLAGS.slow_link:
             with emulated_link(FLAGS.link_rate) as prefix:
-                results[FLAGS.link_rate] = run_all(prefix, f"{work_dir}/{FLAGS.link_rate}",
-                                                   _gbps(FLAGS.link_rate))
+                results[FLAGS.link_rate] = run_all(
+                    prefix, f"{work_dir}/{FLAGS.link_rate}", _gbps(FLAGS.link_rate),
+                    FLAGS.timeline and f"{FLAGS.timeline}/{FLAGS.link_rate}")
             print(table(f"\n{FLAGS.workers} workers over an emulated {FLAGS.link_rate}/s link:",
                         results[FLAGS.link_rate]))
     if FLAGS.out:
         pathlib.Path(FLAGS.out).write_text(json.dumps(results, indent=2) + "\n")
+    if FLAGS.timeline:
+        print(f"\nTimelines (per worker: .trace.json for ui.perfetto.dev, .csv, .png) under {FLAGS.timeline}/")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ flags.DEFINE_integer("epochs", 8, "Training epochs.")
 flags.DEFINE_integer("global_batch", 64, "Global batch size.")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate (momentum 0.9).")
 flags.DEFINE_float("bandwidth_gbps", 10.0, "The link tensor selection plans for (sparsifiers).")
+flags.DEFINE_string("timeline", None, "Record a tfcomp.callbacks.Timeline from the second epoch on here.")
+flags.DEFINE_integer("timeline_steps", None, "Steps the timeline records (default: one epoch).")
 
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
@@ -72,9 +74,13 @@ def main(argv):
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     timer = StepTimes()
-    model.fit(ds.with_options(opts), epochs=FLAGS.epochs, verbose=0, callbacks=[timer])
-
     steps_per_epoch = len(x_train) // FLAGS.global_batch
+    callbacks = [timer]
+    if FLAGS.timeline:  # before the timer: its reads at batch end count in the step times
+        callbacks.insert(0, tfcomp.callbacks.Timeline(FLAGS.timeline, start_step=steps_per_epoch,
+                                                      num_steps=FLAGS.timeline_steps or steps_per_epoch))
+    model.fit(ds.with_options(opts), epochs=FLAGS.epochs, verbose=0, callbacks=callbacks)
+
     dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
     sent = dense_bytes if FLAGS.compression == "none" else strategy.payload_bytes(model.trainable_variables)
     accuracy = float(np.mean(np.argmax(model(x_test).numpy(), axis=1) == y_test))

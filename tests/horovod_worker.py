@@ -31,6 +31,7 @@ flags.DEFINE_integer("backward_passes_per_step", 1, "Local gradient accumulation
 flags.DEFINE_bool("horovod_callbacks", False, "Broadcast, metric average and learning-rate warm-up callbacks.")
 flags.DEFINE_string("backup_dir", None, "BackupAndRestore into <dir>/rank<r>.")
 flags.DEFINE_integer("interrupt_at", -1, "Exit (code 3) at this step, after a backup.")
+flags.DEFINE_string("trace_dir", None, "Record a tfcomp.callbacks.Timeline of steps 8-15 here.")
 
 GLOBAL_BATCH = 64
 BATCHES_PER_EPOCH = 8
@@ -112,6 +113,8 @@ def train_fit(x, y):
         callbacks.append(tf.keras.callbacks.BackupAndRestore(f"{FLAGS.backup_dir}/rank{hvd.rank()}"))
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())
+    if FLAGS.trace_dir:
+        callbacks.append(tfcomp.callbacks.Timeline(FLAGS.trace_dir, start_step=8, num_steps=8))
     history = model.fit(shard(x, y), epochs=-(-FLAGS.steps // BATCHES_PER_EPOCH), verbose=0, callbacks=callbacks)
     return model, optimizer, [float(loss) for loss in history.history["loss"]]
 
@@ -121,8 +124,7 @@ def train_custom(x, y):
     optimizer = make_optimizer()
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    @tf.function
-    def step(xb, yb):
+    def step_body(xb, yb):
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb))
         if FLAGS.engine == "horovod":
@@ -134,8 +136,16 @@ def train_custom(x, y):
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return hvd_tf.allreduce(loss)
 
+    timeline = FLAGS.trace_dir and tfcomp.callbacks.Timeline(FLAGS.trace_dir, start_step=8, num_steps=8)
+    step = tf.function(timeline.wrap(step_body, optimizer=optimizer) if timeline else step_body)
     batches = iter(shard(x, y).repeat())
-    losses = [float(step(*next(batches))) for _ in range(FLAGS.steps)]
+    losses = []
+    for _ in range(FLAGS.steps):
+        losses.append(float(step(*next(batches))))
+        if timeline:
+            timeline.record()
+    if timeline:
+        timeline.write()
     return model, optimizer, losses
 
 

@@ -143,3 +143,22 @@ def test_per_rank_backup_and_restore_resumes_every_ranks_residuals(tmp_path):
     for a, b in zip(resumed[0]["weights"], uninterrupted[0]["weights"]):
         np.testing.assert_array_equal(np.array(a), np.array(b))
     assert resumed[0]["state_step"] == STEPS
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_timeline_records_every_ranks_phases(tmp_path, loop):
+    from test_timeline import check_steps, read_files  # pylint: disable=import-outside-toplevel
+    timeline = tmp_path / "timeline"
+    train(tmp_path / "run", loop=loop, compression="DRAGONN", lr=0.2, trace_dir=timeline, **SPARSE)
+    assert sorted(p.name for p in timeline.iterdir()) == [
+        f"rank{r}.{ext}" for r in (0, 1) for ext in ("csv", "png", "trace.json")]
+    for rank in (0, 1):
+        doc, rows = read_files({"trace": timeline / f"rank{rank}.trace.json", "csv": timeline / f"rank{rank}.csv",
+                                "png": timeline / f"rank{rank}.png"})
+        steps = check_steps(doc, rows)
+        assert sorted(steps) == list(range(8, 16))
+        for events in steps.values():
+            phases = [e["args"]["phase"] for e in events]
+            assert {"forward_backward", "compress", "communicate", "decompress", "apply"} <= set(phases), phases
+            kinds = sorted(e["args"]["collective"] for e in events if "collective" in e["args"])
+            assert kinds == ["allgather", "allreduce"], kinds  # the DRAGONN kernel; the dense rest

@@ -11,6 +11,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfcomp import fusion
+from tfcomp.callbacks import probe as timeline_probe
 from tfcomp.compressors.base import Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.selection import EfficiencyAwareSelection
@@ -123,6 +124,12 @@ class Exchange:
         shapes_and_dtypes = [(g.shape, g.dtype) for g in grads]
         state.build(self.state_specs(shapes_and_dtypes, names, k))
         units = self.units(shapes_and_dtypes, names, k)
+        probe = timeline_probe.current()  # a tfcomp.callbacks.Timeline records this step
+        if probe is not None:
+            plan = {names[i]: (type(c).__name__, c.payload_bytes(*shapes_and_dtypes[i]))
+                    for positions, _, c in units for i in positions}
+            grads = probe.gradients_ready(grads, names, plan, by_exchange=True)
+            collectives = probe.timed(collectives)
 
         def run(units, phase=0):
             return lambda: self._exchange(grads, names, units, state, collectives, reduce_op, phase)
@@ -138,6 +145,8 @@ class Exchange:
             results = tf.cond(state.step < self.warmup_steps, run(dense), compressed)
         else:
             results = compressed()
+        if probe is not None:
+            results = probe.gate(results, probe.mark("exchange_end", after=results))
         with tf.control_dependencies(results):
             state.step.assign_add(1)
         return results
@@ -153,8 +162,11 @@ class Exchange:
                                 members=tuple(names[i] for i in positions))
             pending.append((u, compressor is not self.dense, compressor.compress(grad, state.get(name), ctx)))
         outputs = [None] * len(units)
+        probe = timeline_probe.current()
         while pending:
             returned = self._run_round(pending, inputs, collectives)
+            if probe is not None:  # decompression starts when the round's collectives are done
+                returned = probe.gate(returned, probe.mark("round_end", after=returned))
             next_pending = []
             for (u, compressed, rnd), payloads in zip(pending, returned):
                 out = rnd.finish(payloads)

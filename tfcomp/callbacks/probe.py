@@ -1,0 +1,216 @@
+"""Timestamps taken inside the compiled step, for tfcomp.callbacks.Timeline.
+
+While a step function is traced under `Recorder.tracing()`, the code that knows
+a phase boundary (the step wrapper, the Keras optimizer wrappers, the exchange)
+calls `mark(kind, after=tensors)`: a `tf.timestamp()` that runs once `after`
+is computed, written into a slot of one worker-local float64 variable, which the step
+resets to -1 first and fills in one write at its end (slot 0 says which trace
+wrote it); marks in a tf.cond branch are written in the branch, so those of a
+branch that did not run stay at -1. TensorFlow's automatic control dependencies run resource-less
+stateful ops (the timestamps) in program order, so the marks of a step are
+ordered. Ops after a boundary are gated on its mark (`gate`) where phases
+could otherwise run at the same time, so that phases do not overlap.
+
+When no Recorder is active, `current()` is None and nothing is added to the
+graph.
+"""
+import contextlib
+import dataclasses
+import threading
+
+import tensorflow as tf
+
+from tfcomp.fusion import nbytes
+
+DEFAULT_CAPACITY = 4096  # slots per step: 32 KiB read per recorded step
+
+_active = None  # the Recorder of the step being traced (any thread: merge_call runs elsewhere)
+_local = threading.local()  # a per-thread override (the in-process emulator's workers)
+
+
+def current():
+    """The Recorder of the step being traced, or None."""
+    return getattr(_local, "recorder", None) or _active
+
+
+@contextlib.contextmanager
+def recording(recorder, this_thread_only=False):
+    """Makes recorder current while a step is traced (or run eagerly)."""
+    global _active  # pylint: disable=global-statement
+    if this_thread_only:
+        previous, _local.recorder = getattr(_local, "recorder", None), recorder
+    else:
+        previous, _active = _active, recorder
+    try:
+        yield recorder
+    finally:
+        if this_thread_only:
+            _local.recorder = previous
+        else:
+            _active = previous
+
+
+@dataclasses.dataclass
+class Mark:
+    kind: str  # a phase boundary (see segments.py), or "tensor_ready": one gradient's stamp
+    meta: dict
+
+
+def _flat(tensors):
+    return [t for t in tf.nest.flatten(tensors, expand_composites=True) if isinstance(t, (tf.Tensor, tf.Variable))]
+
+
+class Recorder:
+    """Allocates mark slots while a step is traced and reads them after it ran."""
+
+    def __init__(self, capacity=DEFAULT_CAPACITY):
+        self.capacity = capacity
+        self.traces = []  # one list of Marks per traced step function; slot i+1 holds mark i
+        self._marks = None
+        self._variable = None
+        self._eager_values = None
+        self._gradients_seen = False
+        self._graph, self._pending = None, []
+
+    @contextlib.contextmanager
+    def tracing(self, this_thread_only=False):
+        """Around the body of a step function while it is traced (or runs eagerly)."""
+        self._marks = []
+        self.traces.append(self._marks)
+        self._gradients_seen = False
+        self._eager_values = {0: float(len(self.traces))} if tf.executing_eagerly() else None
+        self._graph, self._pending = None, []
+        if self._eager_values is None:
+            # Clear the last step's marks first (writes to one variable run in program order).
+            self._graph = tf.compat.v1.get_default_graph()
+            self._storage().assign(tf.fill([self.capacity], tf.constant(-1.0, tf.float64)))
+        with recording(self, this_thread_only):
+            yield self
+        if self._pending:  # the marks of the step's own graph, in one write at its end
+            slots, stamps = zip(*self._pending)
+            updates = tf.concat([tf.constant([float(len(self.traces))], tf.float64), tf.stack(stamps)], 0)
+            self._storage().scatter_nd_update([[0]] + [[s] for s in slots], updates)
+
+    def mark(self, kind, after=(), **meta):
+        """A timestamp taken once `after` is computed; returns the timestamp tensor."""
+        with tf.control_dependencies(_flat(after)):
+            stamp = tf.timestamp()
+        self._write([self._allocate(Mark(kind, meta))], [stamp])
+        return stamp
+
+    def gate(self, tensors, stamp):
+        """tensors, computed only after stamp: ops that use them start after the mark."""
+        if tf.executing_eagerly():
+            return tensors
+        with tf.control_dependencies([stamp]):
+            return tf.nest.map_structure(
+                lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, tensors)
+
+    def gradients_ready(self, grads, names, plan=None, by_exchange=False):
+        """Stamps each gradient when it is computed (the first time a step's gradients are
+        seen), then marks that all are ready and gates them; returns the gated gradients.
+
+        Per-gradient stamps are taken in the order the backward pass created the
+        gradients' ops; the automatic control dependencies chain them in that
+        order, so a stamp is the time its gradient was ready or a little later.
+        plan: {name: (compressor, payload bytes)}, from the exchange (by_exchange).
+        """
+        first = not self._gradients_seen
+        self._gradients_seen = True
+        if not first and not by_exchange:  # the exchange has run already (Horovod's engine)
+            return grads
+        dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        plan_meta = {n: {"compressor": c, "payload_bytes": b} for n, (c, b) in (plan or {}).items()}
+        if first:
+            infos = [_tensor_info(g, n) for g, n in zip(dense, names)]
+            if tf.executing_eagerly():  # already computed: only the sizes are worth recording
+                for info in infos:
+                    self._allocate(Mark("tensor_ready", info))
+            else:
+                order = sorted(range(len(dense)), key=lambda i: dense[i].op._id)  # pylint: disable=protected-access
+                stamps = []
+                for i in order:
+                    with tf.control_dependencies([dense[i]]):
+                        stamps.append(tf.timestamp())
+                self._write([self._allocate(Mark("tensor_ready", infos[i])) for i in order], stamps)
+        kind = "gradients_ready" if first else "exchange_begin"
+        stamp = self.mark(kind, after=dense, exchange=by_exchange, plan=plan_meta)
+        return self.gate(list(grads), stamp)
+
+    def timed(self, collectives):
+        """collectives whose every allreduce/allgather call is marked (with its bytes)."""
+        return TimedCollectives(collectives, self)
+
+    def read(self):
+        """[(Mark, seconds or None)] of the last step: its trace's marks that ran."""
+        if self._eager_values is not None:
+            marks = self.traces[int(self._eager_values[0]) - 1]
+            values = [self._eager_values.get(i + 1, -1.0) for i in range(len(marks))]
+        else:
+            array = self._variable.numpy()
+            marks = self.traces[int(array[0]) - 1]
+            values = array[1:len(marks) + 1].tolist()
+        return [(m, v if v >= 0 else None) for m, v in zip(marks, values)]
+
+    def _allocate(self, mark):
+        if self._marks is None:
+            raise RuntimeError("Recorder.mark outside Recorder.tracing()")
+        self._marks.append(mark)
+        slot = len(self._marks)
+        if slot >= self.capacity:
+            raise ValueError(f"this step has more than {self.capacity - 1} timeline marks; pass a larger "
+                             f"capacity to tfcomp.callbacks.Timeline")
+        return slot
+
+    def _write(self, slots, stamps):
+        if not slots:
+            return
+        if self._eager_values is not None:
+            for slot, stamp in zip(slots, stamps):
+                self._eager_values[slot] = float(stamp)
+            return
+        if tf.compat.v1.get_default_graph() is self._graph:
+            self._pending.extend(zip(slots, stamps))
+        else:  # a tf.cond branch's graph: written there, if the branch runs
+            self._storage().scatter_nd_update([[s] for s in slots], tf.stack(stamps))
+
+    def _storage(self):
+        if self._variable is None:
+            from tfcomp.state import worker_local_variables  # pylint: disable=import-outside-toplevel
+            with worker_local_variables():
+                self._variable = tf.Variable(tf.fill([self.capacity], tf.constant(-1.0, tf.float64)),
+                                             trainable=False, name="tfcomp_timeline_marks")
+        return self._variable
+
+
+def _tensor_info(grad, name):
+    return {"name": name, "shape": grad.shape.as_list(), "dtype": grad.dtype.name, "bytes": nbytes(grad)}
+
+
+class TimedCollectives:
+    """An engine's collectives with each call marked: begin (after its input buffers,
+    which are gated on the mark) and end (after its outputs)."""
+
+    def __init__(self, inner, recorder):
+        self._inner = inner
+        self._recorder = recorder
+        self.num_workers = inner.num_workers
+        self._calls = 0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def allreduce(self, buffers):
+        return self._call("allreduce", self._inner.allreduce, buffers)
+
+    def allgather(self, buffers):
+        return self._call("allgather", self._inner.allgather, buffers)
+
+    def _call(self, kind, run, buffers):
+        sizes = [nbytes(b) for b in buffers]
+        stamp = self._recorder.mark("collective_begin", after=buffers, collective=kind, index=self._calls,
+                                    bytes=sum(sizes), buffer_bytes=sizes, workers=self.num_workers)
+        self._calls += 1
+        outputs = run(self._recorder.gate(list(buffers), stamp))
+        self._recorder.mark("collective_end", after=outputs)
+        return outputs

@@ -1,0 +1,235 @@
+"""tfcomp.callbacks.Timeline: each step's phases, timed inside the compiled step."""
+import contextlib
+import json
+import os
+import pathlib
+
+import tensorflow as tf
+
+from tfcomp.callbacks import plot, probe, summary, trace
+from tfcomp.callbacks.segments import PHASES, step_record
+
+_MISSING = object()
+
+
+class Timeline(tf.keras.callbacks.Callback):
+    """Records when each phase of a training step starts and ends on this worker:
+    input, forward_backward, compress, communicate (each collective), decompress,
+    apply (the optimizer) and metrics (Keras' metrics and the cross-worker log
+    reduction), and when each gradient was ready.
+
+        model.fit(ds, callbacks=[tfcomp.callbacks.Timeline("timeline/")])
+
+    Timestamps are tf.timestamp() ops inside the step, ordered by control
+    dependencies; the callback reads them once per recorded step. Steps
+    start_step .. start_step + num_steps - 1 (counted from 0 over the whole fit)
+    run an instrumented copy of the train function; every other step runs
+    Keras' own, untouched. At train end each worker writes, under path (a
+    directory, or a name ending in .json whose stem prefixes the files):
+    WORKER.trace.json (Chrome trace events, for ui.perfetto.dev or
+    chrome://tracing), WORKER.csv (per step and phase) and WORKER.png (stacked
+    time per phase per step); WORKER is this worker's task in TF_CONFIG
+    ("worker1"), Horovod's rank ("rank1"), or `worker=`. tensorboard_dir adds
+    the per-phase times as TensorBoard scalars.
+
+    In a custom loop, wrap the step function's body before tf.function traces
+    it, and call record() after each step and write() at the end:
+
+        step = tf.function(timeline.wrap(step_body, optimizer=optimizer))
+        for batch in ds:
+            step(batch)
+            timeline.record()
+        timeline.write()
+
+    Phases are serialised where they could overlap (compression waits for
+    every gradient, each collective for the one before), which the overhead
+    benchmark (benchmarks/timeline_overhead.py) measures. On a GPU the
+    timestamps are taken when the host runs the op, which for kernels queued
+    on the GPU may be before they finish.
+    """
+
+    def __init__(self, path, start_step=1, num_steps=100, worker=None, tensorboard_dir=None,
+                 capacity=probe.DEFAULT_CAPACITY):
+        super().__init__()
+        if start_step < 0 or num_steps < 1:
+            raise ValueError(f"need start_step >= 0 and num_steps >= 1, got {start_step}, {num_steps}")
+        self.path = pathlib.Path(path)
+        self.start_step = start_step
+        self.num_steps = num_steps
+        self.tensorboard_dir = tensorboard_dir
+        self.worker, self.worker_index = _worker_name(worker)
+        self.records = []
+        self._recorder = probe.Recorder(capacity)
+        self._step = 0
+        self._keras_function = None
+        self._instrumented = None
+        self._writer = None
+        self._supports_tf_logs = True  # Keras need not copy the logs to the host for this callback
+
+    # ---- where the files go
+
+    def paths(self):
+        """{"trace": ..., "csv": ..., "png": ...} for this worker."""
+        if self.path.suffix == ".json":
+            stem = self.path.with_suffix("")
+            base = stem.parent / f"{stem.name}.{self.worker}"
+        else:
+            base = self.path / self.worker
+        return {"trace": base.with_name(base.name + ".trace.json"), "csv": base.with_name(base.name + ".csv"),
+                "png": base.with_name(base.name + ".png")}
+
+    # ---- the instrumented step
+
+    def wrap(self, body, optimizer=None, model=None):
+        """body, recording its phases whenever it is traced (or run eagerly)."""
+        recorder = self._recorder
+
+        def instrumented(*args, **kwargs):
+            with recorder.tracing():
+                recorder.mark("step_begin")
+                with _patched_optimizer(optimizer, recorder), _patched_train_step(model, recorder):
+                    if model is None:
+                        recorder.mark("data_ready", after=(args, kwargs))
+                    outputs = body(*args, **kwargs)
+                recorder.mark("step_end", after=outputs)
+            return outputs
+
+        return instrumented
+
+    def in_window(self, step=None):
+        step = self._step if step is None else step
+        return self.start_step <= step < self.start_step + self.num_steps
+
+    def record(self):
+        """After a step has run: reads its marks if it is in the window; counts the step."""
+        if self.in_window():
+            record = step_record(self._step, self._recorder.read())
+            self.records.append(record)
+            self._scalars(record)
+        self._step += 1
+
+    def write(self):
+        """Writes this worker's trace, CSV and plot; returns their paths."""
+        paths = self.paths()
+        paths["trace"].parent.mkdir(parents=True, exist_ok=True)
+        trace.write(paths["trace"], self.records, self.worker_index, self.worker)
+        summary.write(paths["csv"], self.records, self.worker)
+        plot.write(paths["png"], self.records, self.worker)
+        if self._writer is not None:
+            self._writer.flush()
+        return paths
+
+    # ---- Keras
+
+    def on_train_begin(self, logs=None):
+        self._step = 0
+        self.records = []
+        function = self.model.train_function
+        if getattr(self.model, "_steps_per_execution", None) is not None and \
+                int(self.model._steps_per_execution.numpy()) != 1:  # pylint: disable=protected-access
+            raise ValueError("tfcomp.callbacks.Timeline records one step per call of the train "
+                             "function; compile the model with steps_per_execution=1")
+        if getattr(self.model, "jit_compile", False):
+            raise ValueError("tfcomp.callbacks.Timeline's timestamps cannot be XLA-compiled; "
+                             "compile the model with jit_compile=False")
+        self._keras_function = function
+        python_function = getattr(function, "python_function", None)
+        body = self.wrap(python_function or function, optimizer=self.model.optimizer, model=self.model)
+        self._instrumented = tf.function(body, reduce_retracing=True) if python_function else body
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.model.train_function = self._instrumented if self.in_window() else self._keras_function
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.record()
+
+    def on_train_end(self, logs=None):
+        self.model.train_function = self._keras_function
+        self.write()
+
+    def _scalars(self, record):
+        if not self.tensorboard_dir:
+            return
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(os.path.join(self.tensorboard_dir, self.worker))
+        with self._writer.as_default(step=record.step):
+            for phase, (seconds, _, _) in record.phase_totals().items():
+                tf.summary.scalar(f"timeline/{phase}_ms", 1e3 * seconds)
+            tf.summary.scalar("timeline/step_ms", 1e3 * record.duration)
+
+
+def _worker_name(worker):
+    """(name for files and the trace, index for the trace's pid)."""
+    if worker is not None:
+        return str(worker), 0
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task")
+    if config:
+        return f"{config['type']}{config['index']}", int(config["index"])
+    for variable in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if variable in os.environ:
+            return f"rank{os.environ[variable]}", int(os.environ[variable])
+    return "worker0", 0
+
+
+@contextlib.contextmanager
+def _instance_attribute(owner, name, value):
+    previous = vars(owner).get(name, _MISSING)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if previous is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, previous)
+
+
+@contextlib.contextmanager
+def _patched_train_step(model, recorder):
+    """model.train_step marks when its data is there (Keras calls it inside strategy.run)."""
+    if model is None:
+        yield
+        return
+    original = model.train_step
+
+    def train_step(data):
+        recorder.mark("data_ready", after=data)
+        return original(data)
+
+    with _instance_attribute(model, "train_step", train_step):
+        yield
+
+
+@contextlib.contextmanager
+def _patched_optimizer(optimizer, recorder):
+    """optimizer.apply_gradients marks when the gradients are ready and when they are
+    applied; aggregate_gradients (Keras' optimizers) when they are aggregated."""
+    if optimizer is None:
+        yield
+        return
+    apply_gradients = optimizer.apply_gradients
+
+    def apply(grads_and_vars, *args, **kwargs):
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        grads = recorder.gradients_ready([g for g, _ in pairs], [v.name for _, v in pairs])
+        result = apply_gradients(list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
+        # Reads of the variables run after their updates (same resource), so this mark does too.
+        recorder.mark("applied", after=[result, *[tf.identity(v) for _, v in pairs]])
+        return result
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_instance_attribute(optimizer, "apply_gradients", apply))
+        if hasattr(optimizer, "aggregate_gradients"):
+            aggregate_gradients = optimizer.aggregate_gradients
+
+            def aggregate(grads_and_vars):
+                aggregated = list(aggregate_gradients(grads_and_vars))
+                grads = [g for g, _ in aggregated]
+                stamp = recorder.mark("aggregated", after=[g for g in grads if g is not None])
+                return list(zip(recorder.gate(grads, stamp), [v for _, v in aggregated]))
+
+            stack.enter_context(_instance_attribute(optimizer, "aggregate_gradients", aggregate))
+        yield
+
+
+__all__ = ["Timeline", "PHASES"]
