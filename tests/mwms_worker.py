@@ -26,6 +26,7 @@ flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this director
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
 flags.DEFINE_string("save_dir", None, "model.save() here after training (every worker saves).")
+flags.DEFINE_string("load_weights", None, "model.load_weights() from this path before training.")
 flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
 
 GLOBAL_BATCH = 64
@@ -75,6 +76,8 @@ def train_fit(strategy, x, y):
         model = build_model()
         model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr),
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        if FLAGS.load_weights:
+            model.load_weights(FLAGS.load_weights)
     # A finite dataset, so that every epoch sees the same batches, also after a restart.
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
     opts = tf.data.Options()

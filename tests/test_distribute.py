@@ -102,11 +102,20 @@ def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
     assert resumed[0]["state_step"] == STEPS
 
 
-def test_model_save_works_with_compressed_training(tmp_path):
-    results = train(tmp_path, compression="EFSignSGD", save_dir=tmp_path / "saved")
-    names = [name for name, _ in results[0]["saved_variables"]]
-    assert any("dense" in n for n in names)
-    assert (tmp_path / "saved" / "model" / "saved_model.pb").exists()
+def test_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path):
+    saved = tmp_path / "saved"
+    first = train(tmp_path / "first", compression="EFSignSGD", steps=STEPS // 2, save_dir=saved)
+    assert (saved / "model" / "saved_model.pb").exists()
+    shapes = dict((name, shape) for name, shape in first[0]["saved_variables"])
+    residuals = [shape for name, shape in shapes.items() if "tfcomp_state" in name and "residual" in name]
+    assert residuals and all(shape[0] == 2 for shape in residuals), shapes  # both workers' rows
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", steps=STEPS // 2,
+                    load_weights=saved / "model" / "variables" / "variables")
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights(resumed)
+    for a, b in zip(resumed[0]["weights"], uninterrupted[0]["weights"]):
+        np.testing.assert_array_equal(np.array(a), np.array(b))
+    assert resumed[0]["state_step"] == STEPS
 
 
 def test_tensor_selection_shares_profiles_and_agrees(tmp_path):
