@@ -110,7 +110,8 @@ class CompressionState(tf.Module):
                      for name, var in states.items()}
         if not tf.executing_eagerly():
             # Traced into a SavedModel's save function, whose graph cannot reach
-            # these untracked variables: a SavedModel does not carry the state.
+            # these untracked variables. (The SavedModel's variables file is
+            # written eagerly and holds them.)
             return {}
         if self._own_rows:
             saved = {path: var.read_value() for path, var in variables.items()}
