@@ -1,7 +1,9 @@
-"""One worker of the main job: trains models/digits.py's MLP with
-MultiWorkerMirroredStrategy (tf.distribute's, or tfcomp's with a compressor)
-under model.fit, and writes its step time, traffic and test accuracy as JSON."""
+"""One worker of the main job: trains models/digits.py's MLP under model.fit
+with MultiWorkerMirroredStrategy (tf.distribute's, or tfcomp's with a
+compressor) or as a Horovod rank (Horovod's optimizer wrapper, or tfcomp's),
+and writes its step time, traffic and test accuracy as JSON."""
 import json
+import pathlib
 import statistics
 import time
 
@@ -16,9 +18,11 @@ from tfcomp.compressors.sparse import Sparsifier
 from tfcomp.selection import EfficiencyAwareSelection, Network
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "Result JSON path.")
+flags.DEFINE_string("out", None, "Result JSON path (with --engine=horovod: a directory for rank<r>.json).")
+flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"],
+                  "MultiWorkerMirroredStrategy workers (TF_CONFIG), or Horovod ranks (under horovodrun).")
 flags.DEFINE_string("compression", "none", "'none' (tf.distribute's strategy) or a tfcomp compressor name.")
-flags.DEFINE_integer("epochs", 8, "Training epochs.")
+flags.DEFINE_integer("epochs", 8, "Training epochs (the first is not timed).", lower_bound=2)
 flags.DEFINE_integer("global_batch", 64, "Global batch size.")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate (momentum 0.9).")
 flags.DEFINE_float("bandwidth_gbps", 10.0, "The link tensor selection plans for (sparsifiers).")
@@ -55,38 +59,81 @@ class StepTimes(tf.keras.callbacks.Callback):
         self.times.append(time.perf_counter() - self._last)
 
 
-def main(argv):
-    del argv
-    (x_train, y_train), (x_test, y_test) = digits.load()
+def compile_for_tf_distribute(lr):
+    """The model compiled under tf.distribute's strategy or tfcomp's; returns (model, payload_bytes)."""
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=120)
     if FLAGS.compression == "none":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     else:
         strategy = tfcomp.distribute.MultiWorkerMirroredStrategy(
             communication_options=options, **strategy_options(FLAGS.compression))
-    lr = FLAGS.lr * LEARNING_RATE_SCALE.get(FLAGS.compression, 1.0)
     with strategy.scope():
         model = digits.build()
         model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9),
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model, strategy.payload_bytes if FLAGS.compression != "none" else None
+
+
+def compile_for_horovod(lr):
+    """The model compiled with Horovod's optimizer wrapper or tfcomp's; returns (model, payload_bytes)."""
+    import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
+    import tfcomp.horovod  # pylint: disable=import-outside-toplevel,redefined-outer-name
+    hvd.init()
+    optimizer = tf.keras.optimizers.SGD(lr, momentum=0.9)
+    if FLAGS.compression == "none":
+        optimizer = hvd.DistributedOptimizer(optimizer)
+    else:
+        optimizer = tfcomp.horovod.DistributedOptimizer(optimizer, **strategy_options(FLAGS.compression))
+    model = digits.build()
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model, optimizer.tfcomp_engine.payload_bytes if FLAGS.compression != "none" else None
+
+
+def batches(x_train, y_train):
+    """Global batches; under Horovod each rank takes its slice of every one, as
+    tf.distribute's DATA sharding does."""
     ds = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(len(x_train), seed=0)
     ds = ds.batch(FLAGS.global_batch, drop_remainder=True)
+    if FLAGS.engine == "horovod":
+        import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
+        per_rank = FLAGS.global_batch // hvd.size()
+        mine = slice(hvd.rank() * per_rank, (hvd.rank() + 1) * per_rank)
+        return ds.map(lambda x, y: (x[mine], y[mine]))
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(opts)
+
+
+def result_path():
+    """tf.distribute's workers get a file each; Horovod's ranks share the command line and a directory."""
+    if FLAGS.engine == "horovod":
+        import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
+        out = pathlib.Path(FLAGS.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return out / f"rank{hvd.rank()}.json"
+    return pathlib.Path(FLAGS.out)
+
+
+def main(argv):
+    del argv
+    (x_train, y_train), (x_test, y_test) = digits.load()
+    lr = FLAGS.lr * LEARNING_RATE_SCALE.get(FLAGS.compression, 1.0)
+    compile_model = compile_for_horovod if FLAGS.engine == "horovod" else compile_for_tf_distribute
+    model, payload_bytes = compile_model(lr)
     timer = StepTimes()
     steps_per_epoch = len(x_train) // FLAGS.global_batch
     callbacks = [timer]
     if FLAGS.timeline:  # before the timer: its reads at batch end count in the step times
         callbacks.insert(0, tfcomp.callbacks.Timeline(FLAGS.timeline, start_step=steps_per_epoch,
                                                       num_steps=FLAGS.timeline_steps or steps_per_epoch))
-    model.fit(ds.with_options(opts), epochs=FLAGS.epochs, verbose=0, callbacks=callbacks)
+    model.fit(batches(x_train, y_train), epochs=FLAGS.epochs, verbose=0, callbacks=callbacks)
 
     dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
-    sent = dense_bytes if FLAGS.compression == "none" else strategy.payload_bytes(model.trainable_variables)
+    sent = payload_bytes(model.trainable_variables) if payload_bytes else dense_bytes
     accuracy = float(np.mean(np.argmax(model(x_test).numpy(), axis=1) == y_test))
-    with open(FLAGS.out, "w") as f:
-        json.dump({"step_ms": 1e3 * statistics.median(timer.times[steps_per_epoch:]),
-                   "bytes_per_step": sent, "dense_bytes": dense_bytes, "accuracy": accuracy}, f)
+    result_path().write_text(json.dumps({
+        "step_ms": 1e3 * statistics.median(timer.times[steps_per_epoch:]), "bytes_per_step": sent,
+        "dense_bytes": dense_bytes, "accuracy": accuracy}))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,12 @@ def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=(
     for stale in out_dir.glob("rank*.json"):
         stale.unlink()
     runner = pathlib.Path(sys.executable).parent / "horovodrun"
+    # horovodrun's parser also reads the command's options, and takes any that
+    # abbreviate one of its own (--timeline, --out): the flags go in an absl flagfile.
+    flagfile = out_dir / "flags.txt"
+    flagfile.write_text("\n".join([f"--out={out_dir}", *args]) + "\n")
     command = [*prefix, str(runner), "-np", str(num_ranks), "-H", f"localhost:{num_ranks}", "--gloo",
-               sys.executable, "-m", module, f"--out={out_dir}", *args]
+               sys.executable, "-m", module, f"--flagfile={flagfile}"]
     run_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
                    **(env or {}))
     run_env.pop("TF_CONFIG", None)
