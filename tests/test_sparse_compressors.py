@@ -160,3 +160,41 @@ def test_hash_seed_is_shared_by_workers_and_changes_every_step():
     step2 = sent_positions(before)
     np.testing.assert_array_equal(step2[0], step2[1])
     assert set(step1[0]) != set(step2[0])  # a new hash every step
+
+
+
+def _count_at_or_above(values, threshold):
+    return int(np.sum(np.abs(values) >= threshold))
+
+
+@pytest.mark.parametrize("start_factor", [0.05, 3.0])
+def test_threshold_adaptation_moves_the_count_toward_k(start_factor):
+    """From a threshold far too low (or high), DGC's rule (x1.3 / x0.8 per round)
+    brings the count of selected elements into [0.8 k, 1.3 k]."""
+    from tfcomp.compressors.sparse import ADAPT_LOWER, ADAPT_UPPER, adapt_threshold
+    values = np.random.default_rng(3).standard_normal(1 << 16).astype(np.float32)
+    k = 655
+    start = tf.constant(np.sort(np.abs(values))[-k] * start_factor, tf.float32)
+    before = _count_at_or_above(values, float(start))
+    assert not ADAPT_LOWER * k <= before <= ADAPT_UPPER * k
+    adapted = float(adapt_threshold(tf.constant(values), start, k, rounds=30))
+    assert ADAPT_LOWER * k <= _count_at_or_above(values, adapted) <= ADAPT_UPPER * k
+    one_round = float(adapt_threshold(tf.constant(values), start, k, rounds=1))
+    assert one_round == pytest.approx(float(start) * (ADAPT_UPPER if before > k else ADAPT_LOWER), rel=1e-6)
+    assert float(adapt_threshold(tf.constant(values), start, k, rounds=0)) == float(start)
+
+
+@pytest.mark.parametrize("cls", [tfcomp.DGC, tfcomp.DRAGONN])
+def test_adapt_rounds_is_a_knob_of_the_threshold_sparsifiers(cls):
+    with pytest.raises(ValueError, match="adapt_rounds must be an integer >= 0"):
+        cls(ratio=0.01, adapt_rounds=-1)
+    assert cls(adapt_rounds=3).config()["adapt_rounds"] == 3
+    emu = Emulator(2, cls(ratio=0.01, adapt_rounds=3), selection=False)
+    step = grads(2, 0)
+    out = emu.step(step, ["w"])
+    np.testing.assert_array_equal(out[0][0].numpy(), out[1][0].numpy())
+    for rank in range(2):  # error feedback still conserves mass with the adapted threshold
+        sent_by_rank = step[rank][0].numpy() - residual(emu, rank)
+        assert np.count_nonzero(sent_by_rank) <= emu.exchange.compressor.capacity(SHAPE)
+    np.testing.assert_allclose(2 * out[0][0].numpy(),
+                               sum(step[r][0].numpy() - residual(emu, r) for r in range(2)), rtol=1e-5, atol=1e-6)

@@ -31,6 +31,32 @@ def estimate_threshold(values, k_fraction, seed, sample_fraction=0.01, min_sampl
     return ops.sampled_threshold(values, seed, samples, k)
 
 
+# DGC's adaptation bounds: a count within [LOWER, UPPER] x k is close enough.
+ADAPT_UPPER = 1.3
+ADAPT_LOWER = 0.8
+
+
+def adapt_threshold(values, threshold, k, rounds):
+    """DGC's threshold adaptation: up to `rounds` times, count the elements whose
+    |value| reaches the threshold (one pass over values each); above
+    ADAPT_UPPER * k the threshold grows by that factor, below ADAPT_LOWER * k
+    it shrinks by that one, and in between it is kept and the loop stops."""
+    if rounds == 0:
+        return threshold
+    magnitude = tf.abs(values)
+    up = tf.constant(ADAPT_UPPER, threshold.dtype)
+    down = tf.constant(ADAPT_LOWER, threshold.dtype)
+
+    def step(i, t, _):
+        count = tf.cast(tf.math.count_nonzero(magnitude >= t), tf.float64)
+        adapted = tf.where(count > ADAPT_UPPER * k, t * up, tf.where(count < ADAPT_LOWER * k, t * down, t))
+        return i + 1, adapted, tf.equal(adapted, t)
+
+    _, threshold, _ = tf.while_loop(lambda i, _, settled: tf.logical_and(i < rounds, tf.logical_not(settled)),
+                                    step, (tf.constant(0), threshold, tf.constant(False)))
+    return threshold
+
+
 class Sparsifier(Compressor):
     """Common part: ratio, error feedback, momentum correction, allgather decode."""
 
@@ -101,20 +127,33 @@ class TopK(Sparsifier):
         return tf.gather(flat, top), tf.cast(top, ops.index_dtype(flat.shape.num_elements()))
 
 
-class DGC(Sparsifier):
+class ThresholdSparsifier(Sparsifier):
+    """A threshold from a sample of the tensor (DGC's estimate), optionally
+    adapted toward k = ceil(ratio * n) by adapt_rounds counting passes."""
+
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=None, sample_fraction=0.01, min_samples=512,
+                 adapt_rounds=0):
+        super().__init__(ratio, momentum)
+        if not isinstance(adapt_rounds, int) or adapt_rounds < 0:
+            raise ValueError(f"{type(self).__name__}: adapt_rounds must be an integer >= 0, got {adapt_rounds!r}")
+        self.sample_fraction = sample_fraction
+        self.min_samples = min_samples
+        self.adapt_rounds = adapt_rounds
+
+    def threshold(self, flat, ctx):
+        threshold = estimate_threshold(flat, self.ratio, ctx.seed(salt=1), self.sample_fraction,
+                                       self.min_samples)
+        return adapt_threshold(flat, threshold, self.capacity(flat.shape), self.adapt_rounds)
+
+
+class DGC(ThresholdSparsifier):
     """Deep Gradient Compression's selection: a threshold from a 1% sample, then
     every element above it, compacted into the capacity (the largest ones if
     more were selected, DGC's hierarchical selection). TF ops only."""
 
-    def __init__(self, ratio=DEFAULT_RATIO, momentum=None, sample_fraction=0.01, min_samples=512):
-        super().__init__(ratio, momentum)
-        self.sample_fraction = sample_fraction
-        self.min_samples = min_samples
-
     def select(self, flat, ctx):
         m = self.capacity(flat.shape)
-        threshold = estimate_threshold(flat, self.ratio, ctx.seed(salt=1), self.sample_fraction,
-                                       self.min_samples)
+        threshold = self.threshold(flat, ctx)
         magnitude = tf.abs(flat)
         chosen = tf.reshape(tf.where(magnitude >= threshold), [-1])
         count = tf.size(chosen)
@@ -131,21 +170,15 @@ class DGC(Sparsifier):
         return values, tf.cast(chosen, ops.index_dtype(flat.shape.num_elements()))
 
 
-class DRAGONN(Sparsifier):
+class DRAGONN(ThresholdSparsifier):
     """DRAGONN (Wang et al., ICML'22): DGC's sampled threshold, then one pass that
     hashes every element above it into the capacity's slots (ops.hash_select):
     no prefix sum, no compaction. About 1 - 1/e of the slots fill when as many
-    elements pass the threshold as there are slots."""
-
-    def __init__(self, ratio=DEFAULT_RATIO, momentum=None, sample_fraction=0.01, min_samples=512):
-        super().__init__(ratio, momentum)
-        self.sample_fraction = sample_fraction
-        self.min_samples = min_samples
+    elements pass the threshold as there are slots. adapt_rounds > 0 adds
+    counting passes, which DRAGONN's one-pass design leaves out by default."""
 
     def select(self, flat, ctx):
-        threshold = estimate_threshold(flat, self.ratio, ctx.seed(salt=1), self.sample_fraction,
-                                       self.min_samples)
-        return ops.hash_select(flat, threshold, ctx.seed(salt=2), self.capacity(flat.shape))
+        return ops.hash_select(flat, self.threshold(flat, ctx), ctx.seed(salt=2), self.capacity(flat.shape))
 
 
 class RandomK(Sparsifier):
