@@ -1,4 +1,8 @@
 """The sparse ops (DRAGONN's hashed selection, batched sparse decode) against NumPy references."""
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -88,6 +92,71 @@ def test_large_tensor_and_int64_indices():
     assert wide[1].dtype == tf.int64
     np.testing.assert_array_equal(wide[1].numpy(), narrow[1].numpy())
     assert ops.index_dtype(2**31) == tf.int32 and ops.index_dtype(2**31 + 1) == tf.int64
+
+
+# Runs hash_select on each case of an .npz file with a given number of intra-op
+# threads (fixed once per process, hence a subprocess) and saves the outputs.
+_SELECT_WITH_THREADS = """
+import sys
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+tf.config.threading.set_inter_op_parallelism_threads(1)
+from tfcomp import ops
+cases = np.load(sys.argv[2])
+out = {}
+for c in range(int(cases["count"])):
+    g, seed, capacity = cases[f"g{c}"], cases[f"seed{c}"], int(cases[f"capacity{c}"])
+    values, indices = ops.library().tfcomp_hash_select(
+        tf.constant(g), tf.constant(cases[f"threshold{c}"]), tf.constant(seed), capacity=capacity,
+        Tindex=tf.int64 if cases[f"wide{c}"] else tf.int32)
+    out[f"values{c}"], out[f"indices{c}"] = values.numpy(), indices.numpy()
+np.savez(sys.argv[3], **out)
+"""
+
+
+def test_hash_select_with_large_capacity_matches_reference_on_any_thread_count(tmp_path):
+    """Slot arrays larger than the cache (up to 1.2 MB, capacities that are not
+    powers of two), many collisions (everything selected: each slot is claimed
+    ~3 times), NaN, +-Inf, -0, element 0 selected and a NaN threshold: bit for
+    bit the sequential reference on 1 thread (the in-order pass) and on 2 and 3
+    (atomic max on the index, values read afterwards)."""
+    cases = [  # dtype, n, capacity, threshold, int64 indices
+        (np.float32, 300007, 100003, 0.0, False),  # all selected: 3 per slot
+        (np.float32, 300007, 100003, 1.0, False),  # ~ capacity selected
+        (np.float32, (1 << 20) + 5, 40000, 2.0, False),
+        (np.float32, 300007, 32768, 0.5, False),
+        (np.float32, 300007, 70001, 0.5, True),
+        (np.float32, 200003, 65536, np.nan, False),  # a NaN threshold selects everything
+        (np.float64, 300007, 100003, 0.5, False),
+        (np.float16, 300007, 100003, 0.5, True),
+    ]
+    data = {"count": len(cases)}
+    for c, (dtype, n, capacity, threshold, wide) in enumerate(cases):
+        rng = np.random.default_rng(c)
+        g = rng.standard_normal(n).astype(np.float32)
+        g[0] = 5.0
+        g[rng.choice(n, 40, replace=False)] = np.nan
+        g[rng.choice(n, 40, replace=False)] = np.inf
+        g[rng.choice(n, 40, replace=False)] = -np.inf
+        g[rng.choice(n, n // 20, replace=False)] = -0.0
+        data.update({f"g{c}": g.astype(dtype), f"seed{c}": np.array([c + 3, capacity], np.int64),
+                     f"capacity{c}": capacity, f"threshold{c}": np.array(threshold, dtype),
+                     f"wide{c}": wide})
+    np.savez(tmp_path / "cases.npz", **data)
+    expected = [ref.hash_select(data[f"g{c}"], data[f"threshold{c}"], tuple(map(int, data[f"seed{c}"])), cases[c][2])
+                for c in range(len(cases))]
+    assert len(expected[0][2]) == 300007 and len(expected[5][2]) == 200003, "everything selected"
+    for threads in (1, 2, 3):
+        out = tmp_path / f"out{threads}.npz"
+        subprocess.run([sys.executable, "-c", _SELECT_WITH_THREADS, str(threads), str(tmp_path / "cases.npz"),
+                        str(out)], check=True, cwd=pathlib.Path(__file__).resolve().parent.parent)
+        got = np.load(out)
+        for c, (expected_values, expected_indices, _) in enumerate(expected):
+            what = f"{threads} thread(s), case {cases[c]}"
+            assert got[f"indices{c}"].dtype == (np.int64 if cases[c][4] else np.int32), what
+            np.testing.assert_array_equal(got[f"indices{c}"], expected_indices, err_msg=what)
+            assert got[f"values{c}"].tobytes() == expected_values.tobytes(), what
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -64,101 +63,9 @@ struct Slots {
   }
 };
 
-// Large capacities on one thread. Slot arrays much larger than the cache,
-// written at random while the input streams through (and evicts them), miss
-// the cache on nearly every write. Instead the pass appends each selected
-// (slot, index, value) to the bucket of its slot's group (the slot's high
-// bits: kSlotGroupBytes of slot arrays per group), in index order; when a
-// bucket fills, and at the end, every bucket is written out group by group,
-// one cache-resident range of the slot arrays at a time. Buckets are written
-// in the order their entries were selected, and all of them before any later
-// entry, so the largest index still wins each slot.
-constexpr int64_t kSlotGroupBytes = int64_t{256} << 10;
-
 template <typename T, typename Index>
-bool UseSlotGroups(int64_t capacity) {
-  return capacity * static_cast<int64_t>(sizeof(T) + sizeof(Index)) > kSlotGroupBytes;
-}
-
-template <typename T, typename Index>
-class GroupedSlots {
- public:
-  GroupedSlots(sparse::HashParams hash, int64_t capacity, T* values, Index* indices)
-      : hash_(hash), capacity_(capacity), values_(values), indices_(indices) {
-    while ((int64_t{2} << shift_) * static_cast<int64_t>(sizeof(T) + sizeof(Index)) <=
-           kSlotGroupBytes) {
-      ++shift_;
-    }
-    const int64_t group_slots = int64_t{1} << shift_;
-    groups_ = (capacity + group_slots - 1) >> shift_;
-    // The slots' hashes spread entries evenly over the groups: a bucket a
-    // quarter larger than its group rarely fills before the pass ends.
-    bucket_size_ = group_slots + group_slots / 4;
-    entries_.reset(new Entry[groups_ * bucket_size_]);
-    cursors_.resize(groups_);
-    ends_.resize(groups_);
-    for (int64_t k = 0; k < groups_; ++k) {
-      cursors_[k] = entries_.get() + k * bucket_size_;
-      ends_[k] = cursors_[k] + bucket_size_;
-    }
-  }
-
-  void Claim(int64_t i, T value) {
-    const uint64_t slot = static_cast<uint64_t>(sparse::HashSlot(hash_, i, capacity_));
-    const uint64_t group = slot >> shift_;
-    Entry* e = cursors_[group]++;
-    e->offset = static_cast<uint32_t>(slot & ((uint64_t{1} << shift_) - 1));
-    e->index = static_cast<Index>(i);
-    e->value = value;
-    if (__builtin_expect(cursors_[group] == ends_[group], 0)) Flush();
-  }
-
-  // Writes out every bucket (the first time, each group's range is emptied
-  // first) and empties them. Called once more after the pass.
-  __attribute__((noinline)) void Flush() {
-    const int64_t group_slots = int64_t{1} << shift_;
-    for (int64_t k = 0; k < groups_; ++k) {
-      const int64_t base = k * group_slots;
-      T* values = values_ + base;
-      Index* indices = indices_ + base;
-      if (!filled_) {
-        const int64_t length = std::min(group_slots, capacity_ - base);
-        std::fill(indices, indices + length, static_cast<Index>(sparse::kEmptyIndex));
-        std::fill(values, values + length, T(0));
-      }
-      Entry* const begin = entries_.get() + k * bucket_size_;
-      for (const Entry* e = begin; e != cursors_[k]; ++e) {
-        indices[e->offset] = e->index;
-        values[e->offset] = e->value;
-      }
-      cursors_[k] = begin;
-    }
-    filled_ = true;
-  }
-
- private:
-  struct Entry {
-    uint32_t offset;  // slot - group * 2^shift
-    Index index;
-    T value;
-  };
-
-  const sparse::HashParams hash_;
-  const int64_t capacity_;
-  T* const values_;
-  Index* const indices_;
-  int shift_ = 0;  // 2^shift slots per group
-  int64_t groups_ = 0;
-  int64_t bucket_size_ = 0;
-  std::unique_ptr<Entry[]> entries_;  // groups_ buckets of bucket_size_; not initialized
-  std::vector<Entry*> cursors_;
-  std::vector<Entry*> ends_;
-  bool filled_ = false;
-};
-
-template <typename T, typename Sink>
 void SelectRangeGeneric(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                        Sink& slots) {
+                        const Slots<T, Index>& slots) {
   for (int64_t i = begin; i < end; ++i) {
     if (sparse::Selected(AbsValue(g[i]), t)) slots.Claim(i, g[i]);
   }
@@ -166,9 +73,9 @@ void SelectRangeGeneric(const T* g, int64_t begin, int64_t end, typename Accumul
 
 #if TFCOMP_X86
 // float32 with AVX2: one compare per 8 elements; selected elements are rare.
-template <typename Sink>
+template <typename Index>
 __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_t begin, int64_t end,
-                                                          float t, Sink& slots) {
+                                                          float t, const Slots<float, Index>& slots) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 threshold = _mm256_set1_ps(t);
   int64_t i = begin;
@@ -187,10 +94,9 @@ __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_
 }
 #endif
 
-// Calls slots.Claim(i, g[i]) for every selected i in [begin, end), in order.
-template <typename T, typename Sink>
+template <typename T, typename Index>
 void SelectRange(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                 Sink& slots) {
+                 const Slots<T, Index>& slots) {
 #if TFCOMP_X86
   if constexpr (std::is_same_v<T, float>) {
     static const bool has_avx2 = __builtin_cpu_supports("avx2");
@@ -266,16 +172,10 @@ struct HashSelect<CPUDevice, T, Index> {
   void operator()(OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
                   sparse::HashParams hash, int64_t capacity, T* values, Index* indices) {
     const auto t = static_cast<typename Accumulator<T>::type>(*threshold);
-    const int64_t blocks = (n + kSelectBlock - 1) / kSelectBlock;
-    const bool threaded = ctx->device()->tensorflow_cpu_worker_threads()->num_threads > 1 && blocks > 1;
-    if (!threaded && UseSlotGroups<T, Index>(capacity)) {
-      GroupedSlots<T, Index> slots(hash, capacity, values, indices);
-      SelectRange(g, 0, n, t, slots);
-      slots.Flush();
-      return;
-    }
     std::fill(indices, indices + capacity, static_cast<Index>(sparse::kEmptyIndex));
     std::fill(values, values + capacity, T(0));
+    const int64_t blocks = (n + kSelectBlock - 1) / kSelectBlock;
+    const bool threaded = ctx->device()->tensorflow_cpu_worker_threads()->num_threads > 1 && blocks > 1;
     const Slots<T, Index> slots{hash, capacity, indices, threaded ? nullptr : values};
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
       SelectRange(g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
