@@ -7,12 +7,13 @@ import pathlib
 
 import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
-import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
 import tfcomp
 import tfcomp.horovod
+
+from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for rank<r>.json.")
@@ -33,22 +34,6 @@ flags.DEFINE_string("backup_dir", None, "BackupAndRestore into <dir>/rank<r>.")
 flags.DEFINE_integer("interrupt_at", -1, "Exit (code 3) at this step, after a backup.")
 flags.DEFINE_string("trace_dir", None, "Record a tfcomp.callbacks.Timeline of steps 8-15 here.")
 
-GLOBAL_BATCH = 64
-BATCHES_PER_EPOCH = 8
-
-
-def data():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((GLOBAL_BATCH * BATCHES_PER_EPOCH, 64)).astype(np.float32)
-    w = rng.standard_normal((64, 10)).astype(np.float32)
-    y = np.argmax(x @ w, axis=1).astype(np.int64)
-    return x, y
-
-
-def build_model():
-    tf.keras.utils.set_random_seed(1)
-    return tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
-                                tf.keras.layers.Dense(10)])
 
 
 def make_optimizer():

@@ -10,6 +10,8 @@ from absl import app, flags
 import tfcomp
 from tfcomp.distribute import MultiWorkerMirroredStrategy
 
+from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path.")
 flags.DEFINE_enum("strategy", "tfcomp", ["tfcomp", "plain"], "Which MultiWorkerMirroredStrategy.")
@@ -29,23 +31,6 @@ flags.DEFINE_string("save_dir", None, "model.save() here after training (every w
 flags.DEFINE_string("load_weights", None, "model.load_weights() from this path before training.")
 flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
 
-GLOBAL_BATCH = 64
-BATCHES_PER_EPOCH = 8
-
-
-def data():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((GLOBAL_BATCH * BATCHES_PER_EPOCH, 64)).astype(np.float32)
-    w = rng.standard_normal((64, 10)).astype(np.float32)
-    y = np.argmax(x @ w, axis=1).astype(np.int64)
-    return x, y
-
-
-def build_model():
-    tf.keras.utils.set_random_seed(1)
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
-                                 tf.keras.layers.Dense(10)])
-    return model
 
 
 def make_strategy():

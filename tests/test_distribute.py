@@ -6,6 +6,7 @@ import pytest
 
 import tfcomp
 from tfcomp.testing.local_cluster import run_workers
+from workload import assert_identical_weights
 
 STEPS = 32
 
@@ -15,12 +16,6 @@ def train(tmp_path, workers=2, **flags):
     codes, logs, results = run_workers("tests.mwms_worker", workers, args, tmp_path)
     assert codes == [0] * workers, "worker failed:\n" + "\n".join(log[-3000:] for log in logs)
     return results
-
-
-def assert_identical_weights(results):
-    for other in results[1:]:
-        for a, b in zip(results[0]["weights"], other["weights"]):
-            np.testing.assert_array_equal(np.array(a), np.array(b))
 
 
 def test_no_compression_matches_tf_distribute(tmp_path):

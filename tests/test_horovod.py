@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tfcomp.testing.horovod_cluster import horovodrun
+from workload import assert_identical_weights
 
 STEPS = 32
 DENSE_BYTES = 4 * (64 * 64 + 64 + 64 * 10 + 10)
@@ -16,12 +17,6 @@ def train(tmp_path, ranks=2, env=None, **flags):
     code, log, results = horovodrun("tests.horovod_worker", ranks, args, tmp_path, env=env)
     assert code == 0 and None not in results, f"horovodrun exited {code}:\n{log[-4000:]}"
     return results
-
-
-def assert_identical_weights(results):
-    for other in results[1:]:
-        for a, b in zip(results[0]["weights"], other["weights"]):
-            np.testing.assert_array_equal(np.array(a), np.array(b))
 
 
 def assert_learns(results):

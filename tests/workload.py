@@ -1,0 +1,29 @@
+"""The small training problem every multi-process test shares: a linearly
+separable 10-class task on 64 features and a 64-64-10 MLP, the same on every
+worker and every run."""
+import numpy as np
+import tensorflow as tf
+
+GLOBAL_BATCH = 64
+BATCHES_PER_EPOCH = 8
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((GLOBAL_BATCH * BATCHES_PER_EPOCH, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 10)).astype(np.float32)
+    y = np.argmax(x @ w, axis=1).astype(np.int64)
+    return x, y
+
+
+def build_model():
+    tf.keras.utils.set_random_seed(1)
+    return tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
+                                tf.keras.layers.Dense(10)])
+
+
+def assert_identical_weights(results):
+    """Every worker's final weights, bitwise."""
+    for other in results[1:]:
+        for a, b in zip(results[0]["weights"], other["weights"]):
+            np.testing.assert_array_equal(np.array(a), np.array(b))
