@@ -5,13 +5,13 @@ and writes its step time, traffic and test accuracy as JSON."""
 import json
 import pathlib
 import statistics
-import time
 
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
 import tfcomp
+from benchmarks.harness import StepTimes
 from models import digits
 from tfcomp.compressors.lowrank import LowRank
 from tfcomp.compressors.sparse import Sparsifier
@@ -45,18 +45,6 @@ def strategy_options(name):
         return {"compression": cls}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))
     return {"compression": cls(ratio=SPARSE_RATIO), "selection": selection}
-
-
-class StepTimes(tf.keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.times, self._last = [], None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._last = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter() - self._last)
 
 
 def compile_for_tf_distribute(lr):

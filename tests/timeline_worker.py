@@ -10,6 +10,7 @@ import tensorflow as tf
 from absl import app, flags
 
 import tfcomp
+from benchmarks.harness import StepTimes
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path.")
@@ -50,18 +51,6 @@ def make_strategy():
         compressor, communication_options=options, selection=False, warmup_steps=FLAGS.warmup_steps)
 
 
-class HostStepTimes(tf.keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.times, self._start = [], None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter() - self._start)
-
-
 def train_fit(strategy, timeline, x, y):
     with strategy.scope():
         model = build_model()
@@ -70,7 +59,7 @@ def train_fit(strategy, timeline, x, y):
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    timer = HostStepTimes()
+    timer = StepTimes()
     # The timer's hooks run around the Timeline's, so its times include the Timeline's reads.
     model.fit(ds.with_options(opts), epochs=1, verbose=0, callbacks=[timer, timeline])
     return timer.times
