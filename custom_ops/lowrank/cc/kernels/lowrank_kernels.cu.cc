@@ -4,6 +4,7 @@
 #if GOOGLE_CUDA
 #define EIGEN_USE_GPU
 
+#include "custom_ops/common/gpu_launch.h"
 #include "lowrank_cuda_kernels.cu.h"
 #include "lowrank_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -18,12 +19,8 @@ template <typename T>
 struct LowRankResidual<GPUDevice, T> {
   void operator()(tensorflow::OpKernelContext* ctx, const T* m, const T* p, const T* q, int64_t n,
                   int64_t k, int64_t r, T* out) {
-    const cudaError_t err = lowrank::cuda::LaunchLowRankResidual(
-        m, p, q, n, k, r, out, ctx->eigen_device<GPUDevice>().stream());
-    if (err != cudaSuccess) {
-      ctx->SetStatus(tensorflow::errors::Internal(
-          "tfcomp LowRankResidual: CUDA launch failed: ", cudaGetErrorString(err)));
-    }
+    CheckLaunch(ctx, lowrank::cuda::LaunchLowRankResidual(m, p, q, n, k, r, out, StreamOf(ctx)),
+                "LowRankResidual");
   }
 };
 

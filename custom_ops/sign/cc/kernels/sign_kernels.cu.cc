@@ -4,6 +4,7 @@
 #if GOOGLE_CUDA
 #define EIGEN_USE_GPU
 
+#include "custom_ops/common/gpu_launch.h"
 #include "sign_cuda_kernels.cu.h"
 #include "sign_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -14,21 +15,6 @@ namespace tfcomp {
 namespace functor {
 
 using GPUDevice = Eigen::GpuDevice;
-
-namespace {
-
-void CheckLaunch(tensorflow::OpKernelContext* ctx, cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    ctx->SetStatus(tensorflow::errors::Internal("tfcomp ", what, ": CUDA launch failed: ",
-                                                cudaGetErrorString(err)));
-  }
-}
-
-cudaStream_t StreamOf(tensorflow::OpKernelContext* ctx) {
-  return ctx->eigen_device<GPUDevice>().stream();
-}
-
-}  // namespace
 
 template <typename T>
 struct SignPack<GPUDevice, T> {

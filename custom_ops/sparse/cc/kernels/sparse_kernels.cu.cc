@@ -4,6 +4,7 @@
 #if GOOGLE_CUDA
 #define EIGEN_USE_GPU
 
+#include "custom_ops/common/gpu_launch.h"
 #include "sparse_cuda_kernels.cu.h"
 #include "sparse_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -16,17 +17,6 @@ namespace functor {
 using GPUDevice = Eigen::GpuDevice;
 
 namespace {
-
-void CheckLaunch(tensorflow::OpKernelContext* ctx, cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    ctx->SetStatus(tensorflow::errors::Internal("tfcomp ", what, ": CUDA launch failed: ",
-                                                cudaGetErrorString(err)));
-  }
-}
-
-cudaStream_t StreamOf(tensorflow::OpKernelContext* ctx) {
-  return ctx->eigen_device<GPUDevice>().stream();
-}
 
 // Device scratch from the op's allocator. The tensor is freed when Compute
 // returns: later users of the memory queue behind this op on the same stream.
