@@ -144,8 +144,7 @@ def main(argv):
     state = getattr(optimizer, "tfcomp_state", None)
     result["state_step"] = int(state.step.numpy()) if state is not None else None
     if FLAGS.engine == "tfcomp":
-        engine = getattr(optimizer, "tfcomp_engine", None) or getattr(optimizer, "_tfcomp_engine")
-        result["payload_bytes"] = engine.payload_bytes(model.trainable_variables)
+        result["payload_bytes"] = optimizer.tfcomp_engine.payload_bytes(model.trainable_variables)
     out = pathlib.Path(FLAGS.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{hvd.rank()}.json").write_text(json.dumps(result))

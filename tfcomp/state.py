@@ -34,8 +34,23 @@ PER_WORKER_STATE = ("residual", "velocity")
 _SAVED_BY = "tfcomp-saved-by"  # [rank, num_workers] of the worker that saved its own rows
 
 
-def attach(owner, state):
-    """Hangs state on owner (an optimizer) so that its checkpoints carry it."""
+def state_of(owner, specs, **state_options):
+    """owner's CompressionState: on first use created (CompressionState(**state_options)),
+    built with specs and hung on owner (an optimizer) so that its checkpoints carry it.
+
+    It is built before it is attached, so that a restore waiting for it (Keras
+    restores before the first step) finds every variable.
+    """
+    state = getattr(owner, STATE_ATTRIBUTE, None)
+    if state is None:
+        with tf.init_scope():
+            state = CompressionState(**state_options)
+            state.build(specs)
+            _attach(owner, state)
+    return state
+
+
+def _attach(owner, state):
     setattr(owner, STATE_ATTRIBUTE, state)
     trackable = tf.__internal__.tracking
     if isinstance(owner, trackable.Trackable) and not isinstance(owner, trackable.AutoTrackable):

@@ -55,15 +55,9 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
         Attaching it restores it when the optimizer came from a checkpoint, so
         it is built (every tensor's variables) first.
         """
-        holder = optimizer if optimizer is not None else self
-        state = getattr(holder, state_lib.STATE_ATTRIBUTE, None)
-        if state is None:
-            with ops.init_scope():
-                state = state_lib.CompressionState(device=self._devices[0], gather=self._gather_across_workers,
-                                                   num_workers=self._group_size, rank=self._rank)
-                state.build(specs)
-                state_lib.attach(holder, state)
-        return state
+        return state_lib.state_of(optimizer if optimizer is not None else self, specs,
+                                  device=self._devices[0], gather=self._gather_across_workers,
+                                  num_workers=self._group_size, rank=self._rank)
 
     def _gather_across_workers(self, tensor):
         """[K, ...]: every worker's tensor, for saving per-worker state (all workers save)."""

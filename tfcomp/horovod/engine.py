@@ -14,6 +14,8 @@ from tfcomp import state as state_lib
 from tfcomp.compressors.cast import FP16, NoCompression
 from tfcomp.exchange import Exchange
 
+ENGINE_ATTRIBUTE = "tfcomp_engine"  # where an optimizer keeps its HorovodEngine (not checkpointed)
+
 
 class HorovodCollectives:
     """The exchange's collective interface on Horovod: one grouped (fused)
@@ -96,24 +98,9 @@ class HorovodEngine:
         averaged = hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Average, name="tfcomp.profile")
         return averaged.numpy().tolist()
 
-    @property
-    def compressor(self):
-        return self.exchange.compressor
-
     def payload_bytes(self, variables):
         """Bytes one rank sends per step for these (trainable) variables."""
         return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables], hvd.size())
-
-    def state_for(self, owner, specs):
-        """owner's CompressionState (each rank saves its own rows), built and attached on first use."""
-        state = getattr(owner, state_lib.STATE_ATTRIBUTE, None)
-        if state is None:
-            with tf.init_scope():
-                state = state_lib.CompressionState(device=self.device or None, num_workers=hvd.size(),
-                                                   rank=hvd.rank(), own_rows=True)
-                state.build(specs)  # before attaching, so that a pending restore finds every variable
-                state_lib.attach(owner, state)
-        return state
 
     def reduce(self, grads, variables, owner):
         """The reduced gradients (None stays None), in order; state lives on owner."""
@@ -123,7 +110,10 @@ class HorovodEngine:
         flat = [grads[i] for i in present]
         names = [variables[i].name for i in present]
         shapes = [(g.shape, g.dtype) for g in flat]
-        state = self.state_for(owner, self.exchange.state_specs(shapes, names, hvd.size()))
+        # Each rank saves its own rows: Horovod programs checkpoint on rank 0 alone.
+        state = state_lib.state_of(owner, self.exchange.state_specs(shapes, names, hvd.size()),
+                                   device=self.device or None, num_workers=hvd.size(), rank=hvd.rank(),
+                                   own_rows=True)
         with tf.device(self.device):
             reduced = self.exchange.reduce(flat, names, state, self.collectives, self.reduce_op)
         out = list(grads)
@@ -144,12 +134,9 @@ class LocalVariables:
         self._refs.add(variable.ref())
 
     def reduce(self, engine, grads, variables, owner):
-        shared = [i for i, v in enumerate(variables) if v.ref() not in self._refs]
-        reduced = engine.reduce([grads[i] for i in shared], [variables[i] for i in shared], owner)
-        out = list(grads)
-        if self.scale and self._refs:
-            out = [g / hvd.size() if g is not None and v.ref() in self._refs else g
-                   for g, v in zip(out, variables)]
-        for i, r in zip(shared, reduced):
-            out[i] = r
-        return out
+        local = [v.ref() in self._refs for v in variables]
+        reduced = engine.reduce([None if is_local else g for g, is_local in zip(grads, local)], variables, owner)
+        return [self._local(g) if is_local else r for g, r, is_local in zip(grads, reduced, local)]
+
+    def _local(self, grad):
+        return grad / hvd.size() if self.scale and grad is not None else grad

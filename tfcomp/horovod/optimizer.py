@@ -3,7 +3,7 @@ tfcomp's compressors."""
 import horovod.tensorflow as hvd
 from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 
-from tfcomp.horovod.engine import HorovodEngine, LocalVariables, check_horovod_arguments
+from tfcomp.horovod.engine import ENGINE_ATTRIBUTE, HorovodEngine, LocalVariables, check_horovod_arguments
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,  # pylint: disable=invalid-name
@@ -24,17 +24,19 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     Call it on every rank after hvd.init(): it checks that all ranks run the
     same compression. The compressor state hangs on the returned optimizer as
-    `tfcomp_state`; each rank checkpoints its own (see tfcomp.state).
+    `tfcomp_state`; each rank checkpoints its own (see tfcomp.state). The
+    exchange is `optimizer.tfcomp_engine` (payload_bytes(variables), ...).
     """
-    del sparse_as_dense, device_sparse  # every gradient is exchanged dense
+    # Every gradient is exchanged dense; the exchange's collectives are named by
+    # TensorFlow, not after the optimizer.
+    del sparse_as_dense, device_sparse, name
     check_horovod_arguments(op, gradient_predivide_factor, groups or num_groups, process_set)
     engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
 
     class _DistributedOptimizer:
         def __init__(self, **kwargs):
             super(self.__class__, self).__init__(**kwargs)  # pylint: disable=bad-super-call
-            self._tfcomp_name = name or f"Distributed{self.__class__.__base__.__name__}"
-            self._tfcomp_engine = engine
+            object.__setattr__(self, ENGINE_ATTRIBUTE, engine)  # not a checkpoint dependency
             self._tfcomp_local = LocalVariables(scale_local_gradients)
             self._tfcomp_aggregation = None
             if backward_passes_per_step > 1:
@@ -42,16 +44,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                     backward_passes_per_step=backward_passes_per_step, allreduce_func=self._tfcomp_reduce,
                     sparse_as_dense=True, average_aggregated_gradients=average_aggregated_gradients)
 
-        @property
-        def tfcomp_engine(self):
-            return self._tfcomp_engine
-
         def register_local_var(self, var):
             """Keeps var's gradient on this rank, as Horovod's register_local_var."""
             self._tfcomp_local.add(var)
 
         def _tfcomp_reduce(self, grads, variables):
-            return self._tfcomp_local.reduce(self._tfcomp_engine, list(grads), list(variables), self)
+            return self._tfcomp_local.reduce(engine, list(grads), list(variables), self)
 
         def _tfcomp_distribute(self, grads_and_vars):
             grads, variables = zip(*grads_and_vars)

@@ -3,9 +3,7 @@ training loops, with tfcomp's compressors."""
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from tfcomp.horovod.engine import HorovodEngine, LocalVariables, check_horovod_arguments
-
-_ENGINE_ATTRIBUTE = "_tfcomp_engine"
+from tfcomp.horovod.engine import ENGINE_ATTRIBUTE, HorovodEngine, LocalVariables, check_horovod_arguments
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,  # pylint: disable=invalid-name
@@ -24,10 +22,10 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     """
     del sparse_as_dense, device_sparse  # every gradient is exchanged dense
     check_horovod_arguments(op, gradient_predivide_factor, groups or num_groups, process_set)
-    engine = getattr(optimizer, _ENGINE_ATTRIBUTE, None)
+    engine = getattr(optimizer, ENGINE_ATTRIBUTE, None)
     if engine is None:
         engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
-        object.__setattr__(optimizer, _ENGINE_ATTRIBUTE, engine)  # not a checkpoint dependency
+        object.__setattr__(optimizer, ENGINE_ATTRIBUTE, engine)  # not a checkpoint dependency
     else:
         wanted = HorovodEngine.describe(compression, op, device_dense, exchange_options)
         if wanted != engine.description:

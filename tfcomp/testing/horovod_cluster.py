@@ -1,13 +1,12 @@
 """Runs `horovodrun -np N` (Gloo) on localhost: the Horovod engine's tests'
 and the main job's cluster."""
-import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
 
-from tfcomp.testing.local_cluster import ROOT
+from tfcomp.testing.local_cluster import ROOT, load_result
 
 
 def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=()):
@@ -41,9 +40,6 @@ def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             code = -9
-    results = [_load(out_dir / f"rank{r}.json") for r in range(num_ranks)]
+    results = [load_result(out_dir / f"rank{r}.json") for r in range(num_ranks)]
     return code, log_path.read_text(), results
 
-
-def _load(path):
-    return json.loads(path.read_text()) if path.exists() else None

@@ -56,8 +56,9 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
             log.close()
     codes = [proc.returncode for proc, _ in procs]
     logs = [(out_dir / f"worker{t}.log").read_text() for t in range(num_workers)]
-    return codes, logs, [_load(out_dir / f"worker{t}.json") for t in range(num_workers)]
+    return codes, logs, [load_result(out_dir / f"worker{t}.json") for t in range(num_workers)]
 
 
-def _load(path):
+def load_result(path):
+    """A worker's JSON result, or None if it wrote none."""
     return json.loads(path.read_text()) if path.exists() else None
