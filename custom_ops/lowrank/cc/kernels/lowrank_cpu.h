@@ -28,14 +28,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "custom_ops/common/cpu_isa.h"
 #include "lowrank_core.h"
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define TFCOMP_LOWRANK_X86 1
-#else
-#define TFCOMP_LOWRANK_X86 0
-#endif
 
 namespace tfcomp {
 namespace lowrank {
@@ -44,32 +39,10 @@ namespace cpu {
 // Rows of m handled together (they share each vector load of q).
 constexpr int kRowBlock = 4;
 
-// The instruction sets with a loop of their own, in increasing order.
-enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
-
-inline const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    default: return "generic";
-  }
-}
-
-inline Isa DetectIsa() {
-#if TFCOMP_LOWRANK_X86
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-  return Isa::kGeneric;
-}
-
-// The widest instruction set this CPU runs.
-inline Isa BestIsa() {
-  static const Isa isa = DetectIsa();
-  return isa;
-}
-
-inline bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(BestIsa()); }
+using ::tfcomp::BestIsa;
+using ::tfcomp::Isa;
+using ::tfcomp::IsaName;
+using ::tfcomp::IsaSupported;
 
 // Columns per packed panel of q for an instruction set: kVectors vectors of Acc
 // (4 of 64 bytes with AVX-512, 2 of 32 bytes with AVX2).
@@ -117,7 +90,7 @@ void ResidualRowsGeneric(const Acc* m, const Acc* p, const Acc* packed, Acc* out
   }
 }
 
-#if TFCOMP_LOWRANK_X86
+#if TFCOMP_X86
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -205,11 +178,11 @@ struct DoubleOps {
 }  // namespace avx512
 #pragma GCC pop_options
 
-#endif  // TFCOMP_LOWRANK_X86
+#endif  // TFCOMP_X86
 
 template <typename Acc>
 struct IsaOps;
-#if TFCOMP_LOWRANK_X86
+#if TFCOMP_X86
 template <>
 struct IsaOps<float> {
   using Avx2 = avx2::FloatOps;
@@ -238,7 +211,7 @@ constexpr int64_t kStreamingBytes = int64_t{8} << 20;
 template <typename Acc>
 void ResidualRows(Isa isa, const Acc* m, const Acc* p, const Acc* packed, Acc* out, int64_t rows,
                   int64_t k, int64_t r, bool stream = false) {
-#if TFCOMP_LOWRANK_X86
+#if TFCOMP_X86
   if (isa == Isa::kAvx512) {
     avx512::ResidualRows<typename IsaOps<Acc>::Avx512>(m, p, packed, out, rows, k, r, stream);
     return;

@@ -9,13 +9,9 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define TFCOMP_X86 1
-#endif
-
 #include "custom_ops/common/cpu_shard.h"
 #include "sparse_core.h"
+#include "sparse_select_cpu.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
@@ -37,74 +33,8 @@ namespace {
 
 constexpr int64_t kSelectBlock = 1 << 14;  // elements per unit of sharded work
 
-// The slots being filled. A slot keeps the largest index that hashes to it, on
-// any thread count. One thread visits indices in ascending order, so it just
-// overwrites, value included (the value is in a register now; reading it back
-// later would miss the cache once per slot). Several threads settle the index
-// by atomic max and read the values afterwards.
-template <typename T, typename Index>
-struct Slots {
-  sparse::HashParams hash;
-  int64_t capacity;
-  Index* indices;
-  T* values;  // nullptr when several threads select
-  void Claim(int64_t i, T value) const {
-    const int64_t slot = sparse::HashSlot(hash, i, capacity);
-    const Index index = static_cast<Index>(i);
-    if (values != nullptr) {
-      indices[slot] = index;
-      values[slot] = value;
-      return;
-    }
-    Index seen = __atomic_load_n(indices + slot, __ATOMIC_RELAXED);
-    while (seen < index && !__atomic_compare_exchange_n(indices + slot, &seen, index, true,
-                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
-  }
-};
-
-template <typename T, typename Index>
-void SelectRangeGeneric(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                        const Slots<T, Index>& slots) {
-  for (int64_t i = begin; i < end; ++i) {
-    if (sparse::Selected(AbsValue(g[i]), t)) slots.Claim(i, g[i]);
-  }
-}
-
-#if TFCOMP_X86
-// float32 with AVX2: one compare per 8 elements; selected elements are rare.
-template <typename Index>
-__attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_t begin, int64_t end,
-                                                          float t, const Slots<float, Index>& slots) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 threshold = _mm256_set1_ps(t);
-  int64_t i = begin;
-  for (; i + 8 <= end; i += 8) {
-    const __m256 magnitude = _mm256_and_ps(_mm256_loadu_ps(g + i), abs_mask);
-    // Not-less-than, unordered: NaN is selected, as in sparse::Selected.
-    unsigned mask = static_cast<unsigned>(
-        _mm256_movemask_ps(_mm256_cmp_ps(magnitude, threshold, _CMP_NLT_UQ)));
-    while (mask != 0) {
-      const int64_t index = i + __builtin_ctz(mask);
-      slots.Claim(index, g[index]);
-      mask &= mask - 1;
-    }
-  }
-  SelectRangeGeneric(g, i, end, t, slots);
-}
-#endif
-
-template <typename T, typename Index>
-void SelectRange(const T* g, int64_t begin, int64_t end, typename Accumulator<T>::type t,
-                 const Slots<T, Index>& slots) {
-#if TFCOMP_X86
-  if constexpr (std::is_same_v<T, float>) {
-    static const bool has_avx2 = __builtin_cpu_supports("avx2");
-    if (has_avx2) return SelectRangeFloatAvx2(g, begin, end, t, slots);
-  }
-#endif
-  SelectRangeGeneric(g, begin, end, t, slots);
-}
+using sparse::cpu::SelectRange;
+using sparse::cpu::Slots;
 
 // The k-th largest of a stream of magnitudes. Values above a floor are appended
 // branch-free to a buffer; when the buffer holds more than `limit`, a
@@ -178,7 +108,7 @@ struct HashSelect<CPUDevice, T, Index> {
     const bool threaded = ctx->device()->tensorflow_cpu_worker_threads()->num_threads > 1 && blocks > 1;
     const Slots<T, Index> slots{hash, capacity, indices, threaded ? nullptr : values};
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
-      SelectRange(g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
+      SelectRange(BestIsa(), g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
     });
     for (int64_t j = 0; threaded && j < capacity; ++j) {
       if (indices[j] >= 0) values[j] = g[indices[j]];

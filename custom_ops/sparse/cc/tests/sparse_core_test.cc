@@ -1,18 +1,23 @@
 // Unit test of sparse_core.h (no TensorFlow): the Mersenne-61 reduction and
 // the universal hash against straightforward __int128 references, the seed
-// expansion, an empirical universality check, and the selection predicate.
+// expansion, an empirical universality check, the selection predicate, and
+// every selection loop this CPU runs against the sequential reference.
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include "custom_ops/sparse/cc/kernels/sparse_core.h"
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "custom_ops/sparse/cc/kernels/sparse_select_cpu.h"
 #include "custom_ops/testing/check.h"
 
 namespace {
@@ -261,6 +266,75 @@ void CheckSelected() {
 void SelectedFloat() { CheckSelected<float>(); }
 void SelectedDouble() { CheckSelected<double>(); }
 
+// One selection loop on g[begin, end) against Algorithm 1 done sequentially:
+// every index with |g| >= t (or NaN) in index order, the last writer winning.
+template <typename T, typename Index>
+void CheckSelectLoop(tfcomp::Isa isa, const std::vector<T>& g, int64_t begin, int64_t end, T t,
+                     int64_t capacity, HashParams h) {
+  std::vector<Index> indices(capacity, -1), want_indices(capacity, -1);
+  std::vector<T> values(capacity, T(0)), want_values(capacity, T(0));
+  for (int64_t i = begin; i < end; ++i) {
+    if (tfcomp::sparse::Selected(tfcomp::AbsValue(g[i]), t)) {
+      const int64_t slot = tfcomp::sparse::HashSlot(h, i, capacity);
+      want_indices[slot] = static_cast<Index>(i);
+      want_values[slot] = g[i];
+    }
+  }
+  const tfcomp::sparse::cpu::Slots<T, Index> slots{h, capacity, indices.data(), values.data()};
+  tfcomp::sparse::cpu::SelectRange(isa, g.data(), begin, end, t, slots);
+  for (int64_t j = 0; j < capacity; ++j) {
+    const bool same_value = std::memcmp(&values[j], &want_values[j], sizeof(T)) == 0;
+    CHECK(indices[j] == want_indices[j] && same_value)
+        << tfcomp::IsaName(isa) << " [" << begin << ", " << end << ") t=" << t << " m=" << capacity
+        << " slot " << j << ": index " << indices[j] << " want " << want_indices[j];
+  }
+}
+
+// Ranges that start and end off the vector width, chunk boundaries, 0 to all
+// selected, NaN, +-Inf and -0 in the data, thresholds 0 and NaN.
+template <typename T, typename Index>
+void SelectLoops(tfcomp::Isa isa) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal;
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  for (bool specials : {false, true}) {
+    std::vector<T> g(20011);
+    for (auto& x : g) x = static_cast<T>(normal(rng));
+    if (specials) {
+      for (int64_t i = 0; i < static_cast<int64_t>(g.size()); i += 37) g[i] = nan;
+      for (int64_t i = 5; i < static_cast<int64_t>(g.size()); i += 101) g[i] = inf;
+      for (int64_t i = 9; i < static_cast<int64_t>(g.size()); i += 103) g[i] = -inf;
+      for (int64_t i = 2; i < static_cast<int64_t>(g.size()); i += 7) g[i] = -T(0);
+    }
+    const int64_t n = g.size();
+    const std::vector<std::pair<int64_t, int64_t>> ranges = {
+        {0, 0}, {0, 1}, {0, 15}, {0, 16}, {0, 17}, {3, 500}, {0, 512}, {1, 513},
+        {511, 1040}, {16384 - 3, n}, {0, n}, {7, n - 5}};
+    for (const auto& [begin, end] : ranges) {
+      for (T t : {T(0), T(1), T(2.5), T(4), inf, nan}) {
+        for (int64_t capacity : {1, 97, 1024, 5003}) {
+          CheckSelectLoop<T, Index>(isa, g, begin, end, t, capacity,
+                                    tfcomp::sparse::HashFromSeed(begin + 1, capacity));
+        }
+      }
+    }
+  }
+}
+
+void SelectLoopsEveryIsa() {
+  std::printf("CPU: %s\n", tfcomp::IsaName(tfcomp::BestIsa()));
+  for (tfcomp::Isa isa : {tfcomp::Isa::kGeneric, tfcomp::Isa::kAvx2, tfcomp::Isa::kAvx512}) {
+    if (!tfcomp::IsaSupported(isa)) {
+      std::printf("skipping the %s selection loop: this CPU does not run it\n", tfcomp::IsaName(isa));
+      continue;
+    }
+    const std::string name = std::string("SelectLoop/") + tfcomp::IsaName(isa);
+    Case(name + "/float/int32", [isa] { SelectLoops<float, int32_t>(isa); });
+    Case(name + "/float/int64", [isa] { SelectLoops<float, int64_t>(isa); });
+    Case(name + "/double/int32", [isa] { SelectLoops<double, int32_t>(isa); });
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -273,5 +347,6 @@ int main() {
   Case("Universality", Universality);
   Case("SelectedFloat", SelectedFloat);
   Case("SelectedDouble", SelectedDouble);
+  SelectLoopsEveryIsa();
   return Summary();
 }
