@@ -26,7 +26,8 @@ flags.DEFINE_integer("block", 1, "Steps per block (the worker's --block): 1 alte
 
 
 def run(name, timeline_dir):
-    """Per worker: (median recorded step ms, median plain step ms, recorded steps, plain steps)."""
+    """Per worker: (median recorded step ms, median plain step ms, recorded steps, plain steps,
+    median ms of the host read at the end of a recorded step)."""
     args = [f"--compression={name}", f"--epochs={FLAGS.epochs}", "--bandwidth_gbps=4.0",
             f"--timeline_dir={timeline_dir}", f"--block={FLAGS.block}"]
     with tempfile.TemporaryDirectory(prefix="tfcomp-timeline-bench-") as work_dir:
@@ -34,7 +35,7 @@ def run(name, timeline_dir):
     if codes != [0, 0]:
         raise RuntimeError(f"{name}: workers exited {codes}\n" + "\n".join(log[-2000:] for log in logs))
     return [(statistics.median(r["recorded_ms"]), statistics.median(r["plain_ms"]), len(r["recorded_ms"]),
-             len(r["plain_ms"])) for r in results]
+             len(r["plain_ms"]), statistics.median(r["read_ms"])) for r in results]
 
 
 def _steps(block):
@@ -51,10 +52,10 @@ def main(argv):
             for name in FLAGS.compressors:
                 per_worker = run(name, pathlib.Path(timelines) / f"{name}-{repeat}")
                 runs[name].append(per_worker)
-                print(name, " ".join(f"worker{w}: {on:.2f} vs {off:.2f} ms ({on / off - 1:+.1%})"
-                                     for w, (on, off, _, _) in enumerate(per_worker)), flush=True)
+                print(name, " ".join(f"worker{w}: {on:.2f} vs {off:.2f} ms ({on / off - 1:+.1%}, read {read:.3f} ms)"
+                                     for w, (on, off, _, _, read) in enumerate(per_worker)), flush=True)
     elapsed = time.time() - start
-    n_on, n_off = runs[FLAGS.compressors[0]][0][0][2:]
+    n_on, n_off = runs[FLAGS.compressors[0]][0][0][2:4]
     lines = [
         "# Timeline overhead on the main job's model",
         "",
@@ -71,15 +72,18 @@ def main(argv):
         f"instrumented function) against the median of the other steps ({n_off}); the table gives the "
         f"median over {FLAGS.repeats} runs x 2 workers of each, and of the per-worker ratios.",
         "",
-        "| compression | without: ms/step | with: ms/step | overhead (median ratio) | per worker and run |",
-        "|---|---|---|---|---|",
+        "The read column is the host time of the callback's read at the end of a recorded step "
+        "(part of the recorded step's time).",
+        "",
+        "| compression | without: ms/step | with: ms/step | overhead (median ratio) | read ms | per worker and run |",
+        "|---|---|---|---|---|---|",
     ]
     for name in FLAGS.compressors:
-        pairs = [(on, off) for per_worker in runs[name] for on, off, _, _ in per_worker]
-        ratios = [on / off - 1 for on, off in pairs]
-        lines.append(f"| {name} | {statistics.median(off for _, off in pairs):.2f} | "
-                     f"{statistics.median(on for on, _ in pairs):.2f} | {statistics.median(ratios):+.1%} | "
-                     f"{', '.join(f'{r:+.1%}' for r in ratios)} |")
+        rows = [row for per_worker in runs[name] for row in per_worker]
+        ratios = [on / off - 1 for on, off, *_ in rows]
+        lines.append(f"| {name} | {statistics.median(r[1] for r in rows):.2f} | "
+                     f"{statistics.median(r[0] for r in rows):.2f} | {statistics.median(ratios):+.1%} | "
+                     f"{statistics.median(r[4] for r in rows):.3f} | {', '.join(f'{r:+.1%}' for r in ratios)} |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     pathlib.Path(FLAGS.out).write_text(text)

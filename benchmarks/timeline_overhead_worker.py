@@ -25,6 +25,13 @@ class AlternatingTimeline(tfcomp.callbacks.Timeline):
     def __init__(self, path, first, block):
         super().__init__(path)
         self.first, self.block = first, block
+        self.read_seconds = []  # host time of each recorded step's read (inside its step time)
+
+    def record(self, marks=None):
+        recorded, start = self.in_window(), time.perf_counter()
+        super().record(marks)
+        if recorded:
+            self.read_seconds.append(time.perf_counter() - start)
 
     def in_window(self, step=None):
         step = self._step if step is None else step
@@ -73,6 +80,7 @@ def main(argv):
     del steps[first_recorded]  # it also traced the instrumented train function
     with open(FLAGS.out, "w") as f:
         json.dump({"recorded_ms": [1e3 * t for t, r in steps if r], "plain_ms": [1e3 * t for t, r in steps if not r],
+                   "read_ms": [1e3 * t for t in timeline.read_seconds[1:]],
                    "timeline_records": len(timeline.records)}, f)
 
 

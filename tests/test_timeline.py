@@ -179,8 +179,9 @@ def test_without_a_timeline_the_exchange_builds_the_same_graph():
             return reduce(g)
 
     ops = collections.Counter(_graph_ops(tf.function(recorded), x))
-    # gradient, all ready, end; in each branch: the collective's begin and end, the round's end
-    assert ops["Timestamp"] == 9
+    # the step's start, gradient, all ready, end; in each branch: the collective's begin and
+    # end, the round's end
+    assert ops["Timestamp"] == 10
     assert probe.current() is None
     assert collections.Counter(_graph_ops(tf.function(reduce), x)) == before
 

@@ -3,13 +3,16 @@
 While a step function is traced under `Recorder.tracing()`, the code that knows
 a phase boundary (the step wrapper, the Keras optimizer wrappers, the exchange)
 calls `mark(kind, after=tensors)`: a `tf.timestamp()` that runs once `after`
-is computed, written into a slot of one worker-local float64 variable, which the step
-resets to -1 first and fills in one write at its end (slot 0 says which trace
-wrote it); marks in a tf.cond branch are written in the branch, so those of a
-branch that did not run stay at -1. TensorFlow's automatic control dependencies run resource-less
-stateful ops (the timestamps) in program order, so the marks of a step are
-ordered. Ops after a boundary are gated on its mark (`gate`) where phases
-could otherwise run at the same time, so that phases do not overlap.
+is computed, written into a slot of one worker-local float64 variable. The
+step fills its slots in one write at its end: slot 0 says which trace wrote
+them, slot 1 when the step began (a timestamp before all others); marks in a
+tf.cond branch are written in the branch, so those of a branch that did not
+run keep an older value, from before the step began, and are read as not run
+(no reset of the slots each step). TensorFlow's automatic control
+dependencies run resource-less stateful ops (the timestamps) in program
+order, so the marks of a step are ordered. Ops after a boundary are gated on
+its mark (`gate`) where phases could otherwise run at the same time, so that
+phases do not overlap.
 
 When no Recorder is active, `current()` is None and nothing is added to the
 graph.
@@ -65,7 +68,7 @@ class Recorder:
 
     def __init__(self, capacity=DEFAULT_CAPACITY):
         self.capacity = capacity
-        self.traces = []  # one list of Marks per traced step function; slot i+1 holds mark i
+        self.traces = []  # one list of Marks per traced step function; slot i+2 holds mark i
         self._marks = None
         self._variable = None
         self._eager_values = None
@@ -81,9 +84,8 @@ class Recorder:
         self._eager_values = {0: float(len(self.traces))} if tf.executing_eagerly() else None
         self._graph, self._pending = None, []
         if self._eager_values is None:
-            # Clear the last step's marks first (writes to one variable run in program order).
             self._graph = tf.compat.v1.get_default_graph()
-            self._storage().assign(tf.fill([self.capacity], tf.constant(-1.0, tf.float64)))
+            self._pending.append((1, tf.timestamp()))  # the step began: runs before every other mark
         with recording(self, this_thread_only):
             yield self
         if self._pending:  # the marks of the step's own graph, in one write at its end
@@ -143,22 +145,37 @@ class Recorder:
 
     def read(self):
         """[(Mark, seconds or None)] of the last step: its trace's marks that ran."""
+        return self.decode(self.snapshot())
+
+    def stored(self):
+        """In the step function, after its tracing() block: the slots as written by the
+        step. A step that returns them saves the host a read of the variable."""
+        return None if self._eager_values is not None else self._storage().read_value()
+
+    def snapshot(self, stored=None):
+        """The last step's marks, cheap to take (decode() later): (trace, values).
+        stored: what the step returned from stored(), else the variable is read."""
         if self._eager_values is not None:
-            marks = self.traces[int(self._eager_values[0]) - 1]
-            values = [self._eager_values.get(i + 1, -1.0) for i in range(len(marks))]
-        else:
-            array = self._variable.numpy()
-            marks = self.traces[int(array[0]) - 1]
-            values = array[1:len(marks) + 1].tolist()
-        return [(m, v if v >= 0 else None) for m, v in zip(marks, values)]
+            trace = int(self._eager_values[0])
+            return trace, [self._eager_values.get(i + 2, -1.0) for i in range(len(self.traces[trace - 1]))]
+        array = (self._variable if stored is None else stored).numpy()
+        marks = self.traces[int(array[0]) - 1]
+        values = array[1:len(marks) + 2].copy()
+        values[values < values[0]] = -1.0  # written by an earlier step: did not run in this one
+        return int(array[0]), values[1:]
+
+    def decode(self, snapshot):
+        """[(Mark, seconds or None)] of a snapshot."""
+        trace, values = snapshot
+        return [(m, v if v >= 0 else None) for m, v in zip(self.traces[trace - 1], list(values))]
 
     def _allocate(self, mark):
         if self._marks is None:
             raise RuntimeError("Recorder.mark outside Recorder.tracing()")
         self._marks.append(mark)
-        slot = len(self._marks)
+        slot = len(self._marks) + 1
         if slot >= self.capacity:
-            raise ValueError(f"this step has more than {self.capacity - 1} timeline marks; pass a larger "
+            raise ValueError(f"this step has more than {self.capacity - 2} timeline marks; pass a larger "
                              f"capacity to tfcomp.callbacks.Timeline")
         return slot
 
