@@ -43,6 +43,21 @@ def median_ms(fn, runs, min_seconds=0.02):
     return statistics.median(samples)
 
 
+def interleaved_median_ms(fns, runs):
+    """{name: median ms} of the fns timed in turn, one call each per round, after a
+    warm-up call each: drift in the machine's load falls on all of them alike, so
+    their ratios are steadier than those of separate median_ms calls."""
+    for fn in fns.values():
+        fn()
+    samples = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(times) for name, times in samples.items()}
+
+
 def cpu_model():
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():

@@ -77,22 +77,31 @@ def encode_rows(rng):
     return rows
 
 
-def decode_rows(rng):
+def decode_inputs(rng):
+    """{K: (values, indices)}: K workers' DRAGONN payloads of 2^decode_log2 tensors, concatenated."""
     n = 1 << FLAGS.decode_log2
     m = max(1, math.ceil(FLAGS.decode_ratio * n))
-    rows = []
+    inputs = {}
     for k in map(int, FLAGS.workers):
         lists = []
         for worker in range(k):
             x = tf.constant(rng.standard_normal(n, dtype=np.float32))
             lists.append(ops.hash_select(x, estimate_threshold(x, FLAGS.decode_ratio, (worker, 1)), (worker, 2), m))
-        values = tf.concat([v for v, _ in lists], 0)
-        indices = tf.concat([i for _, i in lists], 0)
-        n_t = tf.constant(n, tf.int64)
+        inputs[k] = (tf.concat([v for v, _ in lists], 0), tf.concat([i for _, i in lists], 0))
+    return inputs
 
-        @tf.function
-        def sparse(values, indices):
-            return ops.sparse_decode(values, indices, n_t)
+
+def sparse_decoder(n):
+    n_t = tf.constant(n, tf.int64)
+    return tf.function(lambda values, indices: ops.sparse_decode(values, indices, n_t))
+
+
+def decode_rows(inputs):
+    n = 1 << FLAGS.decode_log2
+    sparse = sparse_decoder(n)
+    rows = []
+    for k, (values, indices) in inputs.items():
+        n_t = tf.constant(n, tf.int64)
 
         @tf.function
         def dense(values, indices):
@@ -107,13 +116,58 @@ def decode_rows(rng):
     return rows
 
 
-def markdown(encode, decode, meta):
+def side_by_side(rng, inputs):
+    """The two relative targets measured interleaved (one call of each in turn, 3x --runs
+    rounds), so that drift in the load does not tilt them: DRAGONN encode at each ratio
+    (2^decode_log2 elements) and the sparse decode at each K."""
+    n = 1 << FLAGS.decode_log2
+    x = tf.constant(rng.standard_normal(n, dtype=np.float32))
+    encode = {ratio: (lambda fn=encoders(ratio, n)["dragonn"]: fn(x)) for ratio in map(float, FLAGS.ratios)}
+    sparse = sparse_decoder(n)
+    decode = {k: (lambda v=v, i=i: sparse(v, i)) for k, (v, i) in inputs.items()}
+    result = {"log2": FLAGS.decode_log2, "runs": 3 * FLAGS.runs,
+              "encode_ms": harness.interleaved_median_ms(encode, 3 * FLAGS.runs),
+              "sparse_decode_ms": harness.interleaved_median_ms(decode, 3 * FLAGS.runs)}
+    print("side by side:", result, flush=True)
+    return result
+
+
+def targets(encode, decode, paired):
+    """Lines comparing the measurements with issue 4's targets (2^24 float32, ratio 1e-3,
+    one thread), computed from the rows; empty when the rows do not cover them."""
+    lines = []
+    main = {(r["log2"], r["ratio"]): r for r in encode}.get((24, 0.001))
+    if main:
+        lines += [f"- DRAGONN encode / one streaming read: {main['dragonn_ms'] / main['stream_ms']:.2f}x "
+                  "(target: at most 2x)",
+                  f"- TF-native DGC / DRAGONN: {main['tf_dgc_ms'] / main['dragonn_ms']:.1f}x (target: at least 4x)",
+                  f"- exact top_k / DRAGONN: {main['exact_topk_ms'] / main['dragonn_ms']:.1f}x (target: at least 15x)"]
+    spread = paired["encode_ms"]
+    if len(spread) > 1:
+        times = ", ".join(f"{ms:.2f} ms at {ratio:g}" for ratio, ms in spread.items())
+        lowest, highest = min(spread.values()), max(spread.values())
+        mean = sum(spread.values()) / len(spread)
+        lines.append(f"- DRAGONN encode across ratios at 2^{paired['log2']} (interleaved, median of "
+                     f"{paired['runs']}): {times}; slowest / fastest {highest / lowest:.2f}, "
+                     f"{100 * (lowest / mean - 1):+.0f}% to {100 * (highest / mean - 1):+.0f}% of their mean "
+                     "(target: within +-15%)")
+    sparse = paired["sparse_decode_ms"]
+    dense = {r["workers"]: r["dense_ms"] for r in decode}
+    if 2 in sparse and 16 in sparse:
+        lines.append(f"- decode from K=2 to K=16: sparse {sparse[16] / sparse[2]:.2f}x (interleaved, "
+                     f"{sparse[2]:.2f} -> {sparse[16]:.2f} ms; target: at most 1.3x), dense "
+                     f"{dense[16] / dense[2]:.2f}x")
+    return ["## Against the targets", "", *lines, ""] if lines else []
+
+
+def markdown(encode, decode, paired, meta):
     m = meta["machine"]
     lines = [
         f"# Sparsifiers: encode and decode (float32, {meta['threads']} intra-op thread(s), median of "
         f"{meta['runs']} runs)", "",
         f"Command: `{meta['command']}`",
         f"Machine: {m['cpu']}, {m['cpus']} cores; TensorFlow {m['tensorflow']}; {m['date']}.", "",
+        *targets(encode, decode, paired),
         "## Encode: select the values and indices to send", "",
         "DRAGONN = sampled threshold + `ops.hash_select`; TF DGC = sampled threshold + `tf.where` "
         "compaction (+ top_k when over capacity); exact = `tf.math.top_k` of |x| + gather; stream = "
@@ -143,11 +197,13 @@ def main(argv):
     harness.pin_threads(FLAGS.threads)
     rng = np.random.default_rng(0)
     encode = encode_rows(rng)
-    decode = decode_rows(rng)
+    inputs = decode_inputs(rng)
+    decode = decode_rows(inputs)
+    paired = side_by_side(rng, inputs)
     meta = {"command": harness.command_line("benchmarks.sparse_bench"), "machine": harness.machine(),
             "threads": FLAGS.threads, "runs": FLAGS.runs}
-    paths = harness.write_results(FLAGS.out_dir, FLAGS.name, {**meta, "encode": encode, "decode": decode},
-                                  markdown(encode, decode, meta))
+    results = {**meta, "encode": encode, "decode": decode, "side_by_side": paired}
+    paths = harness.write_results(FLAGS.out_dir, FLAGS.name, results, markdown(encode, decode, paired, meta))
     print("wrote", *paths)
 
 
