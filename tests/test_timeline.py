@@ -186,18 +186,25 @@ def test_without_a_timeline_the_exchange_builds_the_same_graph():
     assert collections.Counter(_graph_ops(tf.function(reduce), x)) == before
 
 
-def test_graph_mode_custom_loop_records_windowed_steps_and_writes_files(tmp_path):
+@pytest.mark.parametrize("return_marks", [False, True], ids=["read", "returned"])
+def test_graph_mode_custom_loop_records_windowed_steps_and_writes_files(tmp_path, return_marks):
+    """record() reads the marks' variable, or takes what the step returned (return_marks)."""
     model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(128), tf.keras.layers.Dense(8)])
     optimizer = tf.keras.optimizers.SGD(0.01)
     exchange = Exchange(tfcomp.EFSignSGD, min_compress_elements=16, warmup_steps=2)
     state = CompressionState(name="loop_state")
     timeline = Timeline(tmp_path / "run.json", start_step=1, num_steps=4, worker="solo",
                         tensorboard_dir=tmp_path / "tb")
-    step = tf.function(timeline.wrap(_single_worker_step(exchange, state, model, optimizer), optimizer=optimizer))
+    step = tf.function(timeline.wrap(_single_worker_step(exchange, state, model, optimizer), optimizer=optimizer,
+                                     return_marks=return_marks))
     x, y = tf.random.normal([16, 64], seed=1), tf.random.normal([16, 8], seed=2)
     for _ in range(7):
-        step(x, y)
-        timeline.record()
+        if return_marks:
+            _, marks = step(x, y)
+            timeline.record(marks)
+        else:
+            step(x, y)
+            timeline.record()
     paths = timeline.write()
     assert {p.name for p in tmp_path.iterdir()} >= {"run.solo.trace.json", "run.solo.csv", "run.solo.png"}
     assert [r.step for r in timeline.records] == [1, 2, 3, 4]
