@@ -98,10 +98,10 @@ def sparse_decoder(n):
 
 def decode_rows(inputs):
     n = 1 << FLAGS.decode_log2
+    n_t = tf.constant(n, tf.int64)
     sparse = sparse_decoder(n)
     rows = []
     for k, (values, indices) in inputs.items():
-        n_t = tf.constant(n, tf.int64)
 
         @tf.function
         def dense(values, indices):

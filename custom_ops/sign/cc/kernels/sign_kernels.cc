@@ -6,11 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define TFCOMP_X86 1
-#endif
-
+#include "custom_ops/common/cpu_isa.h"
 #include "custom_ops/common/cpu_shard.h"
 #include "sign_core.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -86,11 +82,6 @@ __attribute__((target("avx2"))) float PackBlockFloatAvx2(const float* x, int64_t
   if (i < count) sum += PackBlockGeneric(x + i, count - i, words + i / 32);
   return sum;
 }
-
-bool CpuHasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
 #endif
 
 template <typename T>
@@ -101,7 +92,7 @@ typename sign::Accumulator<T>::type PackBlock(const T* x, int64_t count, uint32_
 #if TFCOMP_X86
 template <>
 float PackBlock<float>(const float* x, int64_t count, uint32_t* words) {
-  return CpuHasAvx2() ? PackBlockFloatAvx2(x, count, words)
+  return IsaSupported(Isa::kAvx2) ? PackBlockFloatAvx2(x, count, words)
                       : PackBlockGeneric(x, count, words);
 }
 #endif
