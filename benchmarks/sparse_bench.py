@@ -125,9 +125,14 @@ def side_by_side(rng, inputs):
     encode = {ratio: (lambda fn=encoders(ratio, n)["dragonn"]: fn(x)) for ratio in map(float, FLAGS.ratios)}
     sparse = sparse_decoder(n)
     decode = {k: (lambda v=v, i=i: sparse(v, i)) for k, (v, i) in inputs.items()}
+    magnitude = np.abs(x.numpy())
     result = {"log2": FLAGS.decode_log2, "runs": 3 * FLAGS.runs,
               "encode_ms": harness.interleaved_median_ms(encode, 3 * FLAGS.runs),
-              "sparse_decode_ms": harness.interleaved_median_ms(decode, 3 * FLAGS.runs)}
+              "sparse_decode_ms": harness.interleaved_median_ms(decode, 3 * FLAGS.runs),
+              # what the per-element costs below are divided by
+              "selected": {ratio: int(np.count_nonzero(magnitude >= estimate_threshold(x, ratio, SEED).numpy()))
+                           for ratio in map(float, FLAGS.ratios)},
+              "decode_entries": {k: int(tf.math.count_nonzero(i >= 0)) for k, (_, i) in inputs.items()}}
     print("side by side:", result, flush=True)
     return result
 
@@ -151,13 +156,30 @@ def targets(encode, decode, paired):
                      f"{paired['runs']}): {times}; slowest / fastest {highest / lowest:.2f}, "
                      f"{100 * (lowest / mean - 1):+.0f}% to {100 * (highest / mean - 1):+.0f}% of their mean "
                      "(target: within +-15%)")
+        lines += encode_budget(spread, paired["selected"])
     sparse = paired["sparse_decode_ms"]
     dense = {r["workers"]: r["dense_ms"] for r in decode}
     if 2 in sparse and 16 in sparse:
         lines.append(f"- decode from K=2 to K=16: sparse {sparse[16] / sparse[2]:.2f}x (interleaved, "
                      f"{sparse[2]:.2f} -> {sparse[16]:.2f} ms; target: at most 1.3x), dense "
                      f"{dense[16] / dense[2]:.2f}x")
+        entries = paired["decode_entries"][16] - paired["decode_entries"][2]
+        lines.append(f"  - each entry (non-empty slot) decoded costs {1e6 * (sparse[16] - sparse[2]) / entries:.1f} ns "
+                     f"(K=16 has {entries} more than K=2); 1.3x would allow at most "
+                     f"{1e6 * 0.3 * sparse[2] / entries:.1f} ns")
     return ["## Against the targets", "", *lines, ""] if lines else []
+
+
+def encode_budget(spread, selected):
+    """How much each element selected costs from the lowest ratio to the highest, and how
+    much it could cost with the others' times unchanged and the highest at +15% of the mean."""
+    low, high = min(spread), max(spread)
+    others = sum(ms for ratio, ms in spread.items() if ratio != high)
+    allowed = 1.15 * others / (len(spread) - 1.15)  # t = 1.15 (others + t) / n, solved for t
+    extra = selected[high] - selected[low]
+    return [f"  - each element selected costs {1e6 * (spread[high] - spread[low]) / extra:.1f} ns (ratio {high:g} "
+            f"selects {extra} more than {low:g}); +15% would allow at most "
+            f"{1e6 * (allowed - spread[low]) / extra:.1f} ns ({allowed:.2f} ms at {high:g})"]
 
 
 def markdown(encode, decode, paired, meta):
