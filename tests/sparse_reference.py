@@ -2,7 +2,7 @@
 import numpy as np
 
 MASK64 = (1 << 64) - 1
-P61 = (1 << 61) - 1
+MASK32 = (1 << 32) - 1
 
 
 def splitmix64(x):
@@ -15,11 +15,14 @@ def splitmix64(x):
 def hash_from_seed(seed0, seed1):
     r0 = splitmix64((seed0 & MASK64) ^ splitmix64(seed1 & MASK64))
     r1 = splitmix64(r0)
-    return 1 + r0 % (P61 - 1), r1 % P61
+    return r0, r1, splitmix64(r1)
 
 
-def hash_slot(a, b, i, m):
-    return (((a * int(i) + b) % P61) * m) >> 61
+def hash_slot(params, i, m):
+    """Multiply-add-shift: floor(((a0 i0 + a1 i1 + b) mod 2^64) m / 2^64), i = i1 2^32 + i0."""
+    a0, a1, b = params
+    i = int(i)
+    return ((((a0 * (i & MASK32)) + a1 * (i >> 32) + b) & MASK64) * m) >> 64
 
 
 def hash_select(g, threshold, seed, capacity):
@@ -30,10 +33,10 @@ def hash_select(g, threshold, seed, capacity):
         t = np.array(threshold).astype(g.dtype).astype(acc)
     with np.errstate(invalid="ignore"):
         selected = np.nonzero(~(np.abs(flat) < t))[0]
-    a, b = hash_from_seed(*seed)
+    params = hash_from_seed(*seed)
     indices = np.full(capacity, -1, np.int64)
     for i in selected:
-        indices[hash_slot(a, b, i, capacity)] = i
+        indices[hash_slot(params, i, capacity)] = i
     values = np.zeros(capacity, g.dtype)
     values[indices >= 0] = g.reshape(-1)[indices[indices >= 0]]
     return values, indices, selected
@@ -52,11 +55,11 @@ SAMPLE_RUN = 256
 
 def sample_positions(seed, num_samples, n):
     """Where ops.sampled_threshold samples a tensor of n > num_samples elements."""
-    a, b = hash_from_seed(*seed)
+    params = hash_from_seed(*seed)
     runs = -(-num_samples // SAMPLE_RUN)
     stratum = n // runs
     span = stratum - SAMPLE_RUN if stratum > SAMPLE_RUN else 0
-    starts = [run * stratum + hash_slot(a, b, run, span + 1) for run in range(runs)]
+    starts = [run * stratum + hash_slot(params, run, span + 1) for run in range(runs)]
     positions = np.array([starts[s // SAMPLE_RUN] + s % SAMPLE_RUN for s in range(num_samples)])
     return np.minimum(positions, n - 1)
 

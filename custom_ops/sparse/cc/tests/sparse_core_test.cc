@@ -1,7 +1,7 @@
-// Unit test of sparse_core.h (no TensorFlow): the Mersenne-61 reduction and
-// the universal hash against straightforward __int128 references, the seed
-// expansion, an empirical universality check, the selection predicate, and
-// every selection loop this CPU runs against the sequential reference.
+// Unit test of sparse_core.h (no TensorFlow): the hash against a
+// straightforward __int128 reference, the seed expansion, an empirical
+// universality check, the selection predicate, and every selection loop this
+// CPU runs against the sequential reference.
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include "custom_ops/sparse/cc/kernels/sparse_core.h"
 
@@ -25,130 +25,66 @@ namespace {
 using tfcomp::testing::Case;
 using tfcomp::testing::Summary;
 using tfcomp::sparse::HashParams;
-using tfcomp::sparse::kMersenne61;
 
 using u128 = unsigned __int128;
 
-constexpr uint64_t kP = (uint64_t{1} << 61) - 1;
 constexpr uint64_t kMaxIndex = std::numeric_limits<int64_t>::max();  // indices are int64 >= 0
+constexpr uint64_t k32 = uint64_t{1} << 32;
 
 // ---- References ------------------------------------------------------------
 
-uint64_t RefMod(uint64_t hi, uint64_t lo) {
-  const u128 x = (static_cast<u128>(hi) << 64) | lo;
-  return static_cast<uint64_t>(x % kP);
-}
-
+// floor(((a0 * i0 + a1 * i1 + b) mod 2^64) * m / 2^64), i = i1 * 2^32 + i0,
+// in 128-bit arithmetic.
 int64_t RefHashSlot(HashParams h, uint64_t i, int64_t m) {
-  const u128 x = (static_cast<u128>(h.a) * i + h.b) % kP;
-  return static_cast<int64_t>((x * static_cast<u128>(m)) >> 61);  // floor(x m / 2^61)
-}
-
-std::pair<uint64_t, uint64_t> Split(u128 x) {
-  return {static_cast<uint64_t>(x >> 64), static_cast<uint64_t>(x)};
+  const u128 sum = static_cast<u128>(h.a0) * (i % k32) + static_cast<u128>(h.a1) * (i / k32) + h.b;
+  const u128 x = sum % (static_cast<u128>(1) << 64);
+  return static_cast<int64_t>((x * static_cast<u128>(m)) >> 64);
 }
 
 // ---- Tests -----------------------------------------------------------------
 
-void Constants() {
-  CHECK(kMersenne61 == kP);
-  CHECK(tfcomp::sparse::kEmptyIndex == -1);
-}
-
-void ModMersenne61Edges() {
-  // x < 2^122, given as (hi, lo): hi < 2^58.
-  const uint64_t hi_max = (uint64_t{1} << 58) - 1;
-  const uint64_t lo_max = ~uint64_t{0};
-  std::vector<std::pair<uint64_t, uint64_t>> inputs = {
-      {0, 0},          {0, 1},          {0, kP - 1},     {0, kP},         {0, kP + 1},
-      {0, 2 * kP - 1}, {0, 2 * kP},     {0, 2 * kP + 1}, {0, lo_max},     {0, lo_max - 1},
-      {0, uint64_t{1} << 61},           {0, uint64_t{1} << 63},           {1, 0},
-      {hi_max, lo_max}, {hi_max, 0},    {0, 7 * kP},     {hi_max, kP}};
-  // Multiples of p and their neighbours, up to p * p < 2^122; and the largest
-  // products a * i of HashSlot's domain (a < p, i < 2^63).
-  const u128 p = kP;
-  for (u128 k : {u128{2}, u128{8}, u128{9}, u128{1} << 40, p - 1, p}) {
-    for (int d = -2; d <= 2; ++d) inputs.push_back(Split(k * p + d));
-  }
-  for (uint64_t a : {kP - 1, kP - 2, uint64_t{1} << 60}) {
-    for (uint64_t i : {kMaxIndex, kMaxIndex - 1, kP, kP + 1, uint64_t{1} << 62}) {
-      inputs.push_back(Split(static_cast<u128>(a) * i));
-    }
-  }
-  for (const auto& in : inputs) {
-    const uint64_t got = tfcomp::sparse::ModMersenne61(in.first, in.second);
-    CHECK(got == RefMod(in.first, in.second))
-        << std::hex << "hi=0x" << in.first << " lo=0x" << in.second << " got=0x" << got
-        << " ref=0x" << RefMod(in.first, in.second);
-    CHECK(got < kP) << std::hex << "hi=0x" << in.first << " lo=0x" << in.second;
-  }
-  // Spelled out, so a wrong reference cannot hide a wrong reduction.
-  CHECK(tfcomp::sparse::ModMersenne61(0, kP) == 0);
-  CHECK(tfcomp::sparse::ModMersenne61(0, kP + 5) == 5);
-  CHECK(tfcomp::sparse::ModMersenne61(1, 0) == 8);  // 2^64 = 8 * 2^61 = 8 (mod p)
-  CHECK(tfcomp::sparse::ModMersenne61(0, lo_max) == 7);  // 2^64 - 1 = 7 (mod p)
-}
-
-void ModMersenne61Random() {
-  std::mt19937_64 rng(61);
-  for (int trial = 0; trial < 200000; ++trial) {
-    uint64_t hi, lo;
-    switch (trial % 4) {
-      case 0:  // anywhere below 2^122
-        hi = rng() >> 6;
-        lo = rng();
-        break;
-      case 1:  // a product of HashSlot's domain
-        std::tie(hi, lo) = Split(static_cast<u128>(rng() % kP) * (rng() >> 1));
-        break;
-      case 2:  // a small multiple of p plus a small offset
-        std::tie(hi, lo) = Split(static_cast<u128>(kP) * (rng() % 1000) + rng() % 16);
-        break;
-      default:  // 64-bit values only
-        hi = 0;
-        lo = rng();
-    }
-    const uint64_t got = tfcomp::sparse::ModMersenne61(hi, lo);
-    CHECK(got == RefMod(hi, lo)) << std::hex << "hi=0x" << hi << " lo=0x" << lo << " got=0x"
-                                 << got << " ref=0x" << RefMod(hi, lo);
-  }
-}
+void Constants() { CHECK(tfcomp::sparse::kEmptyIndex == -1); }
 
 void CheckHashSlot(HashParams h, uint64_t i, int64_t m) {
   const int64_t got = tfcomp::sparse::HashSlot(h, i, m);
   CHECK(got >= 0 && got < m) << "slot " << got << " outside [0, " << m << ")";
-  CHECK(got == RefHashSlot(h, i, m)) << "a=" << h.a << " b=" << h.b << " i=" << i << " m=" << m
-                                     << " got=" << got << " ref=" << RefHashSlot(h, i, m);
+  CHECK(got == RefHashSlot(h, i, m)) << "a0=" << h.a0 << " a1=" << h.a1 << " b=" << h.b << " i=" << i
+                                     << " m=" << m << " got=" << got << " ref=" << RefHashSlot(h, i, m);
 }
 
-const int64_t kSlotCounts[] = {1, 2, 7, 1024, int64_t{1} << 31, int64_t{1} << 40, kP};
+const int64_t kSlotCounts[] = {1, 2, 7, 1024, int64_t{1} << 31, int64_t{1} << 40, kMaxIndex};
 
 void HashSlotEdges() {
-  const uint64_t a_values[] = {1, 2, kP - 1, kP - 2, uint64_t{1} << 60, 0x123456789abcdefull};
-  const uint64_t b_values[] = {0, 1, kP - 1, kP / 2};
-  const uint64_t indices[] = {0, 1, 2, 63, 64, 1023, 1024, kP - 1, kP, kP + 1, 2 * kP,
+  const uint64_t words[] = {0, 1, 2, k32 - 1, k32, ~uint64_t{0}, ~uint64_t{0} - 1, uint64_t{1} << 63,
+                            0x123456789abcdefull};
+  const uint64_t indices[] = {0, 1, 2, 63, 64, 1023, 1024, k32 - 1, k32, k32 + 1, 2 * k32,
                               uint64_t{1} << 62, kMaxIndex - 1, kMaxIndex};
-  for (uint64_t a : a_values) {
-    for (uint64_t b : b_values) {
-      for (uint64_t i : indices) {
-        for (int64_t m : kSlotCounts) CheckHashSlot(HashParams{a, b}, i, m);
+  for (uint64_t a0 : words) {
+    for (uint64_t a1 : {uint64_t{0}, uint64_t{3}, ~uint64_t{0}, uint64_t{0x9e3779b97f4a7c15}}) {
+      for (uint64_t b : {uint64_t{0}, uint64_t{1} << 63, ~uint64_t{0}}) {
+        for (uint64_t i : indices) {
+          for (int64_t m : kSlotCounts) CheckHashSlot(HashParams{a0, a1, b}, i, m);
+        }
       }
     }
   }
-  // Spelled out: h(i) = floor(((a*i + b) mod p) * m / 2^61).
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, 5, 7) == 0);  // 35 / 2^61
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP - 1, 7) == 6);  // (2^61 - 2) 7 / 2^61
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP / 2, 2) == 0);  // just under the middle
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP / 2 + 1, 2) == 1);  // 2^60: the middle
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, 0}, kP, 1024) == 0);  // p mod p
-  CHECK(tfcomp::sparse::HashSlot(HashParams{1, kP - 1}, 1, 1024) == 0);  // (p - 1 + 1) mod p
-  CHECK(tfcomp::sparse::HashSlot(HashParams{kP - 1, 0}, 1, 1 << 20) == (1 << 20) - 1);
+  // Spelled out: h(i) = floor(((a0 i0 + a1 i1 + b) mod 2^64) m / 2^64).
+  using tfcomp::sparse::HashSlot;
+  CHECK(HashSlot(HashParams{1, 0, 0}, 5, 7) == 0);                       // 35 / 2^64
+  CHECK(HashSlot(HashParams{0, 0, uint64_t{1} << 63}, 12345, 2) == 1);    // the middle
+  CHECK(HashSlot(HashParams{0, 0, (uint64_t{1} << 63) - 1}, 0, 2) == 0);  // just under it
+  CHECK(HashSlot(HashParams{0, 0, ~uint64_t{0}}, 9, 1024) == 1023);      // the top
+  CHECK(HashSlot(HashParams{uint64_t{1} << 63, 0, uint64_t{1} << 63}, 1, 2) == 0);  // 2^64 wraps
+  CHECK(HashSlot(HashParams{uint64_t{1} << 62, 0, 0}, 3, 4) == 3);       // 3 * 2^62
+  CHECK(HashSlot(HashParams{0, uint64_t{1} << 62, 0}, 2 * k32, 4) == 2);  // high half: 2 * 2^62
+  CHECK(HashSlot(HashParams{0, uint64_t{1} << 62, 0}, k32 - 1, 4) == 0);  // low half ignored
+  CHECK(HashSlot(HashParams{0, 0, ~uint64_t{0}}, 0, kMaxIndex) == kMaxIndex - 1);
 }
 
 void HashSlotRandom() {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 100000; ++trial) {
-    const HashParams h{1 + rng() % (kP - 1), rng() % kP};
+    const HashParams h{rng(), rng(), rng()};
     const uint64_t i = trial % 2 ? rng() >> 1 : rng() % 200000;  // int64 >= 0
     CheckHashSlot(h, i, kSlotCounts[trial % 5]);
     if (trial % 16 == 0) CheckHashSlot(h, i, 1 + static_cast<int64_t>(rng() % 100000));
@@ -160,55 +96,45 @@ void HashSlotRandom() {
   }
 }
 
-void CheckParams(HashParams h, uint64_t s0, uint64_t s1) {
-  CHECK(h.a >= 1 && h.a <= kP - 1) << "seed (" << s0 << ", " << s1 << "): a=" << h.a;
-  CHECK(h.b <= kP - 1) << "seed (" << s0 << ", " << s1 << "): b=" << h.b;
-}
+bool SameParams(HashParams x, HashParams y) { return x.a0 == y.a0 && x.a1 == y.a1 && x.b == y.b; }
 
 void HashFromSeed() {
-  const uint64_t edges[] = {0, 1, 2, kP - 1, kP, kP + 1, kMaxIndex, uint64_t{1} << 63, ~uint64_t{0}};
+  const uint64_t edges[] = {0, 1, 2, k32 - 1, k32, kMaxIndex, uint64_t{1} << 63, ~uint64_t{0}};
   for (uint64_t s0 : edges) {
     for (uint64_t s1 : edges) {
-      const HashParams h = tfcomp::sparse::HashFromSeed(s0, s1);
-      const HashParams again = tfcomp::sparse::HashFromSeed(s0, s1);
-      CHECK(h.a == again.a && h.b == again.b) << "not deterministic for (" << s0 << ", " << s1
-                                              << ")";
-      CheckParams(h, s0, s1);
+      CHECK(SameParams(tfcomp::sparse::HashFromSeed(s0, s1), tfcomp::sparse::HashFromSeed(s0, s1)))
+          << "not deterministic for (" << s0 << ", " << s1 << ")";
     }
   }
   std::mt19937_64 rng(3);
-  std::set<std::pair<uint64_t, uint64_t>> seen;
-  std::set<uint64_t> seen_a;
+  std::set<std::tuple<uint64_t, uint64_t, uint64_t>> seen;
+  std::set<uint64_t> seen_a0;
   const int kSeeds = 20000;
   for (int trial = 0; trial < kSeeds; ++trial) {
     const uint64_t s0 = rng(), s1 = trial % 3 ? rng() : 0;
     const HashParams h = tfcomp::sparse::HashFromSeed(s0, s1);
-    const HashParams again = tfcomp::sparse::HashFromSeed(s0, s1);
-    CHECK(h.a == again.a && h.b == again.b) << "not deterministic for (" << s0 << ", " << s1 << ")";
-    CheckParams(h, s0, s1);
-    seen.insert({h.a, h.b});
-    seen_a.insert(h.a);
+    CHECK(SameParams(h, tfcomp::sparse::HashFromSeed(s0, s1)))
+        << "not deterministic for (" << s0 << ", " << s1 << ")";
+    seen.insert({h.a0, h.a1, h.b});
+    seen_a0.insert(h.a0);
     // Both words of the seed matter.
-    const HashParams other0 = tfcomp::sparse::HashFromSeed(s0 ^ 1, s1);
-    const HashParams other1 = tfcomp::sparse::HashFromSeed(s0, s1 ^ 1);
-    CHECK(other0.a != h.a || other0.b != h.b) << "seed[0] ignored: (" << s0 << ", " << s1 << ")";
-    CHECK(other1.a != h.a || other1.b != h.b) << "seed[1] ignored: (" << s0 << ", " << s1 << ")";
+    CHECK(!SameParams(tfcomp::sparse::HashFromSeed(s0 ^ 1, s1), h)) << "seed[0] ignored: (" << s0 << ", " << s1 << ")";
+    CHECK(!SameParams(tfcomp::sparse::HashFromSeed(s0, s1 ^ 1), h)) << "seed[1] ignored: (" << s0 << ", " << s1 << ")";
   }
-  // Distinct seeds give distinct functions (61-bit draws: no repeats expected).
-  CHECK(seen.size() == kSeeds) << seen.size() << " distinct (a, b) of " << kSeeds;
-  CHECK(seen_a.size() == kSeeds) << seen_a.size() << " distinct a of " << kSeeds;
+  // Distinct seeds give distinct functions (64-bit draws: no repeats expected).
+  CHECK(seen.size() == kSeeds) << seen.size() << " distinct (a0, a1, b) of " << kSeeds;
+  CHECK(seen_a0.size() == kSeeds) << seen_a0.size() << " distinct a0 of " << kSeeds;
 }
 
-// For two fixed keys distinct mod p, Pr over the seed [h(x) == h(y)] is about
-// 1/m for a universal family; the bound here is loose (within [1/2m, 2/m)).
-// (Keys equal mod p, such as 0 and p, always collide: the family hashes
-// [0, p), and tensors have far fewer than 2^61 elements.)
+// For two fixed keys, Pr over the seed [h(x) == h(y)] is about 1/m for a
+// universal family; the bound here is loose (within [1/2m, 2/m)). The pairs
+// differ in the low half, the high half, or both.
 void Universality() {
   const int64_t m = 64;
   const int kSeeds = 40000;
   const std::pair<uint64_t, uint64_t> pairs[] = {
-      {0, 1}, {0, 64}, {1, 65}, {3, 3 + 64 * 1000}, {0, kP - 1}, {5, uint64_t{1} << 40},
-      {12345, kMaxIndex}, {100, 101}};
+      {0, 1}, {0, 64}, {1, 65}, {3, 3 + 64 * 1000}, {0, k32}, {7, 7 + 64 * k32},
+      {k32 - 1, k32}, {5, uint64_t{1} << 40}, {12345, kMaxIndex}, {100, 101}};
   std::mt19937_64 rng(64);
   for (const auto& keys : pairs) {
     int collisions = 0;
@@ -339,8 +265,6 @@ void SelectLoopsEveryIsa() {
 
 int main() {
   Case("Constants", Constants);
-  Case("ModMersenne61Edges", ModMersenne61Edges);
-  Case("ModMersenne61Random", ModMersenne61Random);
   Case("HashSlotEdges", HashSlotEdges);
   Case("HashSlotRandom", HashSlotRandom);
   Case("HashFromSeed", HashFromSeed);
