@@ -31,7 +31,6 @@
 #include "custom_ops/common/cpu_isa.h"
 #include "lowrank_core.h"
 
-
 namespace tfcomp {
 namespace lowrank {
 namespace cpu {

@@ -93,7 +93,7 @@ typename sign::Accumulator<T>::type PackBlock(const T* x, int64_t count, uint32_
 template <>
 float PackBlock<float>(const float* x, int64_t count, uint32_t* words) {
   return IsaSupported(Isa::kAvx2) ? PackBlockFloatAvx2(x, count, words)
-                      : PackBlockGeneric(x, count, words);
+                                  : PackBlockGeneric(x, count, words);
 }
 #endif
 

@@ -5,7 +5,6 @@
 #ifndef TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_SELECT_CPU_H_
 #define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_SELECT_CPU_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
