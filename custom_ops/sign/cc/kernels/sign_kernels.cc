@@ -8,23 +8,10 @@
 
 #include "custom_ops/common/cpu_isa.h"
 #include "custom_ops/common/cpu_shard.h"
+#include "custom_ops/common/kernel_names.h"
 #include "sign_core.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/tensor.h"
-#include "tensorflow/core/framework/types.h"
 
 namespace tfcomp {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::errors::InvalidArgument;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::TensorShapeUtils;
-using CPUDevice = Eigen::ThreadPoolDevice;
-using GPUDevice = Eigen::GpuDevice;
 
 namespace {
 

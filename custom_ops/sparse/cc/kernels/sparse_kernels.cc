@@ -10,24 +10,11 @@
 #include <vector>
 
 #include "custom_ops/common/cpu_shard.h"
+#include "custom_ops/common/kernel_names.h"
 #include "sparse_core.h"
 #include "sparse_select_cpu.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/tensor.h"
-#include "tensorflow/core/framework/types.h"
 
 namespace tfcomp {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::TensorShapeUtils;
-using ::tensorflow::errors::InvalidArgument;
-using CPUDevice = Eigen::ThreadPoolDevice;
-using GPUDevice = Eigen::GpuDevice;
 
 namespace {
 
