@@ -1,4 +1,8 @@
 """tfcomp.horovod's argument handling (no horovodrun needed)."""
+import subprocess
+import sys
+import textwrap
+
 import horovod.tensorflow as hvd
 import pytest
 
@@ -36,10 +40,23 @@ def test_unsupported_horovod_arguments_are_refused(kwargs, message):
 
 
 def test_the_engine_wants_horovod_initialised():
-    if hvd.is_initialized():
-        pytest.skip("Horovod was initialised by another test in this process")
-    with pytest.raises(RuntimeError, match=r"call hvd.init\(\)"):
-        engine.HorovodEngine(tfcomp.DRAGONN)
+    # In a fresh interpreter: hvd.init() cannot be undone, so this process may
+    # already have run it.
+    check = textwrap.dedent("""
+        import horovod.tensorflow as hvd
+        import tfcomp
+        from tfcomp.horovod import engine
+        assert not hvd.is_initialized()
+        try:
+            engine.HorovodEngine(tfcomp.DRAGONN)
+        except RuntimeError as e:
+            print(e)
+        else:
+            raise SystemExit("HorovodEngine was created before hvd.init()")
+        """)
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "call hvd.init()" in run.stdout
 
 
 def test_an_unknown_compressor_is_refused_before_anything_runs():

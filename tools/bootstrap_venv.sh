@@ -37,10 +37,9 @@ PATH="$PWD/$venv/bin:$PATH" MAKEFLAGS="-j$(nproc)" \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
   "${pip[@]}" install --no-build-isolation --no-cache-dir \
   -r requirements/horovod.txt "${constraints[@]}"
-# Load the TensorFlow extension directly, in this process, with its errors
-# shown. (`horovodrun --check-build` imports it in a forked child with output
-# muted and reads the answer from a queue; on one CI run it said "no" with
-# nothing to show why.)
+# Load the TensorFlow extension directly, with its errors shown:
+# `horovodrun --check-build` probes it in a forked child with all output muted,
+# so a failed probe says nothing about why.
 if ! "$venv/bin/python" -c '
 import horovod.tensorflow as hvd
 assert hvd.gloo_built(), "the TensorFlow extension was built without Gloo"

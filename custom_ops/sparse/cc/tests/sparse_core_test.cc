@@ -48,8 +48,9 @@ void Constants() { CHECK(tfcomp::sparse::kEmptyIndex == -1); }
 void CheckHashSlot(HashParams h, uint64_t i, int64_t m) {
   const int64_t got = tfcomp::sparse::HashSlot(h, i, m);
   CHECK(got >= 0 && got < m) << "slot " << got << " outside [0, " << m << ")";
-  CHECK(got == RefHashSlot(h, i, m)) << "a0=" << h.a0 << " a1=" << h.a1 << " b=" << h.b << " i=" << i
-                                     << " m=" << m << " got=" << got << " ref=" << RefHashSlot(h, i, m);
+  CHECK(got == RefHashSlot(h, i, m)) << "a0=" << h.a0 << " a1=" << h.a1 << " b=" << h.b
+                                     << " i=" << i << " m=" << m << " got=" << got
+                                     << " ref=" << RefHashSlot(h, i, m);
 }
 
 const int64_t kSlotCounts[] = {1, 2, 7, 1024, int64_t{1} << 31, int64_t{1} << 40, kMaxIndex};
@@ -118,8 +119,10 @@ void HashFromSeed() {
     seen.insert({h.a0, h.a1, h.b});
     seen_a0.insert(h.a0);
     // Both words of the seed matter.
-    CHECK(!SameParams(tfcomp::sparse::HashFromSeed(s0 ^ 1, s1), h)) << "seed[0] ignored: (" << s0 << ", " << s1 << ")";
-    CHECK(!SameParams(tfcomp::sparse::HashFromSeed(s0, s1 ^ 1), h)) << "seed[1] ignored: (" << s0 << ", " << s1 << ")";
+    CHECK(!SameParams(tfcomp::sparse::HashFromSeed(s0 ^ 1, s1), h))
+        << "seed[0] ignored: (" << s0 << ", " << s1 << ")";
+    CHECK(!SameParams(tfcomp::sparse::HashFromSeed(s0, s1 ^ 1), h))
+        << "seed[1] ignored: (" << s0 << ", " << s1 << ")";
   }
   // Distinct seeds give distinct functions (64-bit draws: no repeats expected).
   CHECK(seen.size() == kSeeds) << seen.size() << " distinct (a0, a1, b) of " << kSeeds;
