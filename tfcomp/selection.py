@@ -17,7 +17,6 @@ import math
 import os
 import pathlib
 import platform
-import statistics
 import time
 
 import numpy as np
@@ -86,8 +85,10 @@ class CompressionProfile:
         return math.exp(y0 + (y1 - y0) * (math.log(num_elements) - x0) / (x1 - x0))
 
     @classmethod
-    def measure(cls, compressor, sizes=PROFILE_SIZES, runs=5):
-        """Times compress + finish on this machine (one worker, eagerly), median of runs."""
+    def measure(cls, compressor, sizes=PROFILE_SIZES, runs=7):
+        """Times compress + finish on this machine (one worker, eagerly): the fastest
+        of runs, since on a shared machine noise only adds time, and a profile
+        taken in one busy moment would otherwise be cached for good."""
         from tfcomp.state import CompressionState
         from tfcomp.compressors.base import TensorContext
         seconds = []
@@ -112,7 +113,7 @@ class CompressionProfile:
                 start = time.perf_counter()
                 encode_decode(grad).numpy()
                 samples.append(time.perf_counter() - start)
-            seconds.append(statistics.median(samples))
+            seconds.append(min(samples))
         return cls(sizes, seconds)
 
     @classmethod
@@ -129,7 +130,11 @@ class CompressionProfile:
             return cls(data["sizes"], data["seconds"])
         profile = cls.measure(compressor)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key, "sizes": profile.sizes, "seconds": profile.seconds}))
+        # Workers on one host measure at once: each writes a file of its own and renames
+        # it into place, so that none reads another's half-written file.
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(json.dumps({"key": key, "sizes": profile.sizes, "seconds": profile.seconds}))
+        os.replace(partial, path)
         return profile
 
 
