@@ -79,6 +79,17 @@ def test_profile_is_measured_and_cached(tmp_path):
     assert CompressionProfile.cached(compressor, cache_dir=tmp_path).seconds == first.seconds
 
 
+def test_profile_cache_keeps_machines_apart(tmp_path, monkeypatch):
+    """A home directory shared by two kinds of machine holds a profile for each."""
+    measured = iter([CompressionProfile([1024], [1e-3]), CompressionProfile([1024], [5e-3])])
+    monkeypatch.setattr(CompressionProfile, "measure", classmethod(lambda cls, compressor: next(measured)))
+    compressor = tfcomp.DRAGONN(ratio=0.01)
+    for cpu, seconds in (("fast cpu", 1e-3), ("slow cpu", 5e-3), ("fast cpu", 1e-3)):
+        monkeypatch.setattr("tfcomp.selection.machine", lambda cpu=cpu: {"cpu": cpu, "gpus": []})
+        assert CompressionProfile.cached(compressor, cache_dir=tmp_path).seconds == [seconds]
+    assert len(list((tmp_path / "profiles").iterdir())) == 2
+
+
 def test_profile_keeps_the_fastest_run(monkeypatch):
     """A busy moment during the measurement slows some runs; the profile keeps the undisturbed time."""
     durations = iter([9.0, 2.0, 7.0, 3.0, 8.0] * 2)  # seconds per run, two sizes of five runs

@@ -25,6 +25,7 @@ import tensorflow as tf
 from tfcomp.compressors.base import Collective
 
 PROFILE_SIZES = tuple(4**e for e in range(5, 12))  # 1 Ki to 4 Mi elements
+MEASURE_RUNS = 7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ class CompressionProfile:
         return math.exp(y0 + (y1 - y0) * (math.log(num_elements) - x0) / (x1 - x0))
 
     @classmethod
-    def measure(cls, compressor, sizes=PROFILE_SIZES, runs=7):
+    def measure(cls, compressor, sizes=PROFILE_SIZES, runs=MEASURE_RUNS):
         """Times compress + finish on this machine (one worker, eagerly): the fastest
         of runs, since on a shared machine noise only adds time, and a profile
         taken in one busy moment would otherwise be cached for good."""
@@ -118,9 +119,9 @@ class CompressionProfile:
 
     @classmethod
     def cached(cls, compressor, cache_dir=None):
-        """measure(), kept on disk per compressor configuration, TensorFlow and CPU."""
-        key = json.dumps({"compressor": compressor.config(), "tf": tf.__version__,
-                          "cpu": platform.processor() or platform.machine(), "sizes": PROFILE_SIZES},
+        """measure(), kept on disk per compressor configuration, TensorFlow and machine."""
+        key = json.dumps({"compressor": compressor.config(), "tf": tf.__version__, **machine(),
+                          "sizes": PROFILE_SIZES, "measure": f"fastest of {MEASURE_RUNS}"},
                          sort_keys=True, default=str)
         cache_dir = pathlib.Path(cache_dir or os.environ.get("TFCOMP_CACHE_DIR",
                                                              pathlib.Path.home() / ".cache" / "tfcomp"))
@@ -136,6 +137,20 @@ class CompressionProfile:
         partial.write_text(json.dumps({"key": key, "sizes": profile.sizes, "seconds": profile.seconds}))
         os.replace(partial, path)
         return profile
+
+
+def machine():
+    """The processor model and GPUs profiles are measured on, so that a cache in a
+    home directory that several kinds of machine share keeps their profiles apart."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
+    except OSError:  # not Linux
+        pass
+    gpus = [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+            for gpu in tf.config.list_physical_devices("GPU")]
+    return {"cpu": cpu, "gpus": gpus}
 
 
 def _as_gathered(payload):
