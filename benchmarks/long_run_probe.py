@@ -1,0 +1,111 @@
+"""What a long run watches in each worker: resident memory, traces of the train
+step, TensorFlow functions and the ops of the train function's graph."""
+import time
+
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+
+def rss_kib():
+    """This process's resident set size (VmRSS in /proc/self/status), in KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("/proc/self/status has no VmRSS line")
+
+
+def context_function_count():
+    """TensorFlow functions registered in the eager context: every traced
+    concrete function, whichever tf.function traced it, adds its own."""
+    return len(context.context().list_function_names())
+
+
+def graph_op_count(function):
+    """Ops in all concrete functions of a tf.function, the bodies of the
+    functions they call (strategy.run's replica function, conds, ...) included."""
+    total = 0
+    for concrete in function._list_all_concrete_functions():  # pylint: disable=protected-access
+        graph_def = concrete.graph.as_graph_def()
+        total += len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
+    return total
+
+
+def count_traces(model):
+    """Makes model.train_step count its calls, and returns the counter.
+
+    Keras calls train_step only while tracing the train function, once per
+    replica and trace, so the count goes up on every trace, also of a train
+    function Keras rebuilt (which a tf.function's own tracing count misses).
+    """
+    counter = {"traces": 0}
+    train_step = model.train_step
+
+    def counted_train_step(data):
+        counter["traces"] += 1
+        return train_step(data)
+
+    model.train_step = counted_train_step
+    return counter
+
+
+class LongRunProbe(tf.keras.callbacks.Callback):
+    """Samples a worker every sample_every steps; counts ops at warm-up and at the end.
+
+    A sample: step (steps done), RSS in KiB, train_step traces, the train
+    function's own tracing count, eager-context functions, wall seconds since
+    training began and the loss. With progress=True it prints a line every
+    progress_every steps.
+    """
+
+    def __init__(self, trace_counter, total_steps, warmup_steps, sample_every, progress_every, label,
+                 progress=True, retrace_every_step=False):
+        super().__init__()
+        self.counter = trace_counter
+        self.total_steps, self.warmup_steps = total_steps, warmup_steps
+        self.sample_every, self.progress_every = sample_every, progress_every
+        self.label, self.progress = label, progress
+        self.retrace_every_step = retrace_every_step
+        self.samples = []
+        self.ops = {}
+        self.concrete_functions = {}
+        self._start = None
+
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter()
+        self._sample(0, None)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = batch + 1
+        if step % self.sample_every == 0 or step == self.warmup_steps:
+            self._sample(step, logs)
+        if step == self.warmup_steps:
+            self._count_ops("warmup")
+        if self.progress and step % self.progress_every == 0:
+            last = self.samples[-1]
+            print(f"long_run: {self.label} step {step}/{self.total_steps}  rss {last['rss_kib'] / 1024:.1f} MiB  "
+                  f"traces {last['traces']}  tf functions {last['context_functions']}  "
+                  f"{1e3 * last['seconds'] / step:.1f} ms/step", flush=True)
+        if self.retrace_every_step:
+            # Checks the checks: Keras builds a new train function, which traces on the next step.
+            self.model.make_train_function(force=True)
+
+    def on_train_end(self, logs=None):
+        if not self.samples or self.samples[-1]["step"] != self.total_steps:
+            self._sample(self.total_steps, logs)
+        self._count_ops("end")
+
+    def _sample(self, step, logs):
+        train_function = self.model.train_function
+        self.samples.append({
+            "step": step, "rss_kib": rss_kib(), "traces": self.counter["traces"],
+            "train_function_tracing_count": (train_function.experimental_get_tracing_count()
+                                             if train_function is not None else 0),
+            "context_functions": context_function_count(),
+            "seconds": time.perf_counter() - self._start,
+            "loss": float(logs["loss"]) if logs and "loss" in logs else None})
+
+    def _count_ops(self, when):
+        function = self.model.train_function
+        self.ops[when] = graph_op_count(function)
+        self.concrete_functions[when] = len(function._list_all_concrete_functions())  # pylint: disable=protected-access
