@@ -8,8 +8,9 @@ functions or graph ops that pile up.
 
 Writes <output>/long_run.md (.json, .png; long_run_horovod.* for Horovod) and
 exits 1 if any compressor broke a promise: a train-step trace, a new TF
-function, concrete function or op after warm-up, or RSS that moved more than
---rss_tolerance_percent between the first post-warm-up window and the last.
+function, concrete function or op after warm-up, threads that grew by more
+than 10%, or RSS that moved more than --rss_tolerance_percent between the
+first post-warm-up window and the last.
 """
 import pathlib
 import sys
@@ -41,9 +42,13 @@ flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"],
                   "horovodrun ranks with tfcomp.horovod.DistributedOptimizer.")
 flags.DEFINE_float("bandwidth_gbps", 1.0, "The link tensor selection plans for: at 1 Gbit/s the sparsifiers "
                    "compress the model's large kernels (see tests/test_main_job.py).")
+flags.DEFINE_float("collective_timeout_s", None, "tf.distribute collective timeout (default: the strategy's, "
+                   "none); TensorFlow holds a sleeping thread per collective launch for this long.")
 flags.DEFINE_float("rss_tolerance_percent", 5.0, "Largest RSS change allowed between the two windows.")
 flags.DEFINE_integer("timeout_s", 3600, "Seconds one compressor's run may take before its workers are killed.")
 flags.DEFINE_string("output", "benchmarks/results", "Directory for the .md, .json and .png.")
+flags.DEFINE_string("logs", None, "Keep the workers' logs under DIR/<compressor>/ (default: a temporary "
+                    "directory, removed at the end).")
 flags.DEFINE_bool("retrace_every_step", False, "Make the workers rebuild Keras' train function after every "
                   "step (a check of the checks: the run must then fail).")
 
@@ -82,6 +87,8 @@ def run_one(name, work_dir):
     args = [f"--compression={name}", f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}",
             f"--sample_every={FLAGS.sample_every}", f"--progress_every={FLAGS.progress_every}",
             f"--bandwidth_gbps={FLAGS.bandwidth_gbps}", f"--engine={FLAGS.engine}"]
+    if FLAGS.collective_timeout_s is not None:
+        args.append(f"--collective_timeout_s={FLAGS.collective_timeout_s}")
     if FLAGS.retrace_every_step:
         args.append("--retrace_every_step")
     out_dir = pathlib.Path(work_dir) / name
@@ -101,8 +108,14 @@ def run_one(name, work_dir):
         tail.done.set()
         tail.join()
     if failed or None in results:
-        raise RuntimeError(f"{name}: the workers failed\n" + "\n".join(text[-3000:] for text in logs))
+        raise RuntimeError(f"{name}: the workers failed (logs under {out_dir})\n"
+                           + "\n".join(_without_module_list(text)[-3000:] for text in logs))
     return results
+
+
+def _without_module_list(log):
+    """A log less the list of extension modules Python prints after a fatal error."""
+    return "\n".join(line for line in log.splitlines() if "Extension modules:" not in line)
 
 
 def markdown(rows, problems, seconds):
@@ -132,6 +145,10 @@ def markdown(rows, problems, seconds):
         f"({FLAGS.warmup}, {FLAGS.warmup + FLAGS.window}], *end* the median in "
         f"({FLAGS.steps - FLAGS.window}, {FLAGS.steps}]; the change is end against warm-up, worker 0's and "
         f"the largest in size over the workers (tolerance ±{FLAGS.rss_tolerance_percent:g}%).",
+        "- **threads**: `Threads` from `/proc/self/status`, worker 0's medians over the same two windows "
+        "(a rise of more than 10% fails). Collectives run without a timeout"
+        + (f" (here {FLAGS.collective_timeout_s:g} s)" if FLAGS.collective_timeout_s else "")
+        + ": TensorFlow 2.15 keeps a sleeping thread per collective launch for a timeout's length.",
         "- **ops**: nodes of all concrete functions of Keras' train function, the bodies of the functions "
         "they call included (strategy.run's replica function, conds, switch cases), worker 0.",
         f"- **ms/step**: worker 0's median host time from batch begin to batch end after warm-up; "
@@ -161,12 +178,18 @@ def main(argv):
         raise app.UsageError(f"unknown compressors {unknown}; choose from {ALL_COMPRESSORS + ['none']}")
     started = time.monotonic()
     runs, rows, problems = [], [], []
-    with tempfile.TemporaryDirectory(prefix="tfcomp-long-run-") as work_dir:
+    with tempfile.TemporaryDirectory(prefix="tfcomp-long-run-") as temporary:
+        work_dir = FLAGS.logs or temporary
         for index, name in enumerate(FLAGS.compressors):
             print(f"[{index + 1}/{len(FLAGS.compressors)}] {name}: {FLAGS.steps} steps, {FLAGS.workers} "
                   f"workers ({FLAGS.engine})", flush=True)
             begun = time.monotonic()
-            results = run_one(name, work_dir)
+            try:
+                results = run_one(name, work_dir)
+            except RuntimeError as error:  # the other compressors still run; the command exits 1
+                print(error, flush=True)
+                problems.append((name, str(error).splitlines()[0]))
+                continue
             summaries = [long_run_report.worker_summary(r, FLAGS.window) for r in results]
             found = sorted({what for s in summaries
                             for what in long_run_report.violations(s, FLAGS.rss_tolerance_percent)})
@@ -178,8 +201,9 @@ def main(argv):
     suffix = "_horovod" if FLAGS.engine == "horovod" else ""
     out = pathlib.Path(FLAGS.output)
     out.mkdir(parents=True, exist_ok=True)
-    long_run_report.plot_rss(out / f"long_run{suffix}.png", runs, FLAGS.warmup, FLAGS.window,
-                             f"RSS per worker over {FLAGS.steps} steps ({FLAGS.engine})")
+    if runs:
+        long_run_report.plot_rss(out / f"long_run{suffix}.png", runs, FLAGS.warmup, FLAGS.window,
+                                 f"RSS per worker over {FLAGS.steps} steps ({FLAGS.engine})")
     payload = {"command": harness.command_line("benchmarks.long_run"), "machine": harness.machine(),
                "flags": {k: FLAGS[k].value for k in ("steps", "warmup", "window", "sample_every", "workers",
                                                      "engine", "bandwidth_gbps", "rss_tolerance_percent")},

@@ -6,13 +6,22 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 
-def rss_kib():
-    """This process's resident set size (VmRSS in /proc/self/status), in KiB."""
+def _status(field):
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError("/proc/self/status has no VmRSS line")
+    raise RuntimeError(f"/proc/self/status has no {field} line")
+
+
+def rss_kib():
+    """This process's resident set size (VmRSS in /proc/self/status), in KiB."""
+    return _status("VmRSS")
+
+
+def thread_count():
+    """This process's threads (Threads in /proc/self/status)."""
+    return _status("Threads")
 
 
 def context_function_count():
@@ -52,7 +61,7 @@ def count_traces(model):
 class LongRunProbe(tf.keras.callbacks.Callback):
     """Samples a worker every sample_every steps; counts ops at warm-up and at the end.
 
-    A sample: step (steps done), RSS in KiB, train_step traces, the train
+    A sample: step (steps done), RSS in KiB, threads, train_step traces, the train
     function's own tracing count, eager-context functions, wall seconds since
     training began and the loss. With progress=True it prints a line every
     progress_every steps.
@@ -84,6 +93,7 @@ class LongRunProbe(tf.keras.callbacks.Callback):
         if self.progress and step % self.progress_every == 0:
             last = self.samples[-1]
             print(f"long_run: {self.label} step {step}/{self.total_steps}  rss {last['rss_kib'] / 1024:.1f} MiB  "
+                  f"threads {last['threads']}  "
                   f"traces {last['traces']}  tf functions {last['context_functions']}  "
                   f"{1e3 * last['seconds'] / step:.1f} ms/step", flush=True)
         if self.retrace_every_step:
@@ -98,7 +108,7 @@ class LongRunProbe(tf.keras.callbacks.Callback):
     def _sample(self, step, logs):
         train_function = self.model.train_function
         self.samples.append({
-            "step": step, "rss_kib": rss_kib(), "traces": self.counter["traces"],
+            "step": step, "rss_kib": rss_kib(), "threads": thread_count(), "traces": self.counter["traces"],
             "train_function_tracing_count": (train_function.experimental_get_tracing_count()
                                              if train_function is not None else 0),
             "context_functions": context_function_count(),

@@ -2,6 +2,9 @@
 (benchmarks/long_run_worker.py's JSON)."""
 import statistics
 
+# Thread pools may start a thread or two late; a leak adds many.
+THREAD_TOLERANCE_PERCENT = 10.0
+
 
 def window_median(samples, first_step, last_step, key="rss_kib"):
     """Median of samples[key] over first_step < step <= last_step (steps done)."""
@@ -35,6 +38,8 @@ def worker_summary(result, window):
         "concrete_functions": (result["concrete_functions"]["warmup"], result["concrete_functions"]["end"]),
         "rss_mib": (rss_start / 1024, rss_end / 1024),
         "rss_change_percent": 100.0 * (rss_end - rss_start) / rss_start,
+        "threads": (window_median(samples, warmup, warmup + window, key="threads"),
+                    window_median(samples, steps - window, steps, key="threads")),
         "step_ms": result["step_ms"],
         "loss": window_median(samples, steps - window, steps, key="loss"),
     }
@@ -49,6 +54,9 @@ def violations(summary, rss_tolerance_percent):
         before, after = summary[key]
         if after != before:
             found.append(f"{key.replace('_', ' ')} {before} -> {after} after warm-up")
+    threads_start, threads_end = summary["threads"]
+    if threads_end > threads_start * (1 + THREAD_TOLERANCE_PERCENT / 100):
+        found.append(f"threads {threads_start:g} -> {threads_end:g} after warm-up")
     if abs(summary["rss_change_percent"]) > rss_tolerance_percent:
         found.append(f"RSS changed {summary['rss_change_percent']:+.1f}% (tolerance {rss_tolerance_percent}%)")
     return found
@@ -58,9 +66,9 @@ def markdown_table(rows):
     """rows: (compression, steps, [worker summaries], bytes sent/dense). Worker 0's
     RSS, ops and time; traces and the RSS change are the largest over workers."""
     lines = ["| compressor | steps | traces by warm-up | traces after warm-up | TF functions warm-up → end "
-             "| RSS MiB warm-up | RSS MiB end | RSS change (w0; largest) | ops warm-up | ops end "
-             "| ms/step | sent/dense | loss (last window) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| RSS MiB warm-up | RSS MiB end | RSS change (w0; largest) | threads warm-up → end | ops warm-up "
+             "| ops end | ms/step | sent/dense | loss (last window) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, steps, summaries, sent_fraction in rows:
         w0 = summaries[0]
         largest = max((s["rss_change_percent"] for s in summaries), key=abs)
@@ -69,7 +77,8 @@ def markdown_table(rows):
             f"| {name} | {steps} | {w0['traces_at_warmup']} | {traces_after} "
             f"| {w0['context_functions'][0]} → {w0['context_functions'][1]} "
             f"| {w0['rss_mib'][0]:.1f} | {w0['rss_mib'][1]:.1f} "
-            f"| {w0['rss_change_percent']:+.2f}%; {largest:+.2f}% | {w0['ops'][0]} | {w0['ops'][1]} "
+            f"| {w0['rss_change_percent']:+.2f}%; {largest:+.2f}% | {w0['threads'][0]:g} → {w0['threads'][1]:g} "
+            f"| {w0['ops'][0]} | {w0['ops'][1]} "
             f"| {w0['step_ms']:.2f} | {sent_fraction:.3f} | {w0['loss']:.4f} |")
     return "\n".join(lines)
 

@@ -27,6 +27,8 @@ flags.DEFINE_integer("global_batch", 64, "Global batch size.")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate (momentum 0.9).")
 flags.DEFINE_float("bandwidth_gbps", 10.0, "The link tensor selection plans for (sparsifiers).")
 flags.DEFINE_string("timeline", None, "Record a tfcomp.callbacks.Timeline from the second epoch on here.")
+flags.DEFINE_float("collective_timeout_s", None, "CommunicationOptions.timeout_seconds (default: none). "
+                   "TensorFlow holds a sleeping thread per collective launch for this long.")
 flags.DEFINE_integer("timeline_steps", None, "Steps the timeline records (default: one epoch).")
 
 # A step of signSGD moves every weight by the full learning rate.
@@ -49,7 +51,7 @@ def strategy_options(name):
 
 def compile_for_tf_distribute(lr):
     """The model compiled under tf.distribute's strategy or tfcomp's; returns (model, payload_bytes)."""
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=120)
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.collective_timeout_s)
     if FLAGS.compression == "none":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     else:

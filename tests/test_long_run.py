@@ -36,14 +36,16 @@ def test_short_long_run_neither_retraces_nor_grows(tmp_path):
             assert summary["context_functions"][0] == summary["context_functions"][1], (name, summary)
             assert summary["ops"][0] == summary["ops"][1] > 100, (name, summary)
             assert abs(summary["rss_change_percent"]) <= RSS_TOLERANCE_PERCENT, (name, summary)
+            assert summary["threads"][1] <= summary["threads"][0] * 1.1, (name, summary)
         assert run["workers"][0]["bytes_per_step"] < run["workers"][0]["dense_bytes"] / 4, name  # compressed
     assert (tmp_path / "long_run.png").stat().st_size > 10_000
     assert (tmp_path / "long_run.md").read_text().splitlines()[2].startswith("`python -m benchmarks.long_run ")
 
 
-def _result(traces, rss_kib, functions, ops=(900, 900), steps=100, warmup=20, every=5):
+def _result(traces, rss_kib, functions, ops=(900, 900), threads=lambda s: 117, steps=100, warmup=20, every=5):
     """A worker's result with samples every `every` steps from per-step callables."""
-    samples = [{"step": s, "rss_kib": rss_kib(s), "traces": traces(s), "train_function_tracing_count": 1,
+    samples = [{"step": s, "rss_kib": rss_kib(s), "threads": threads(s), "traces": traces(s),
+                "train_function_tracing_count": 1,
                 "context_functions": functions(s), "seconds": s * 0.01, "loss": 0.1}
                for s in range(0, steps + 1, every)]
     return {"samples": samples, "steps": steps, "warmup": warmup, "step_ms": 10.0,
@@ -60,10 +62,11 @@ def test_verdicts_pass_a_steady_run():
 
 def test_verdicts_catch_a_retrace_each_step_and_growth():
     summary = long_run_report.worker_summary(
-        _result(lambda s: 1 + s, lambda s: 500_000 + 1_000 * s, lambda s: 40 + 2 * s, ops=(900, 1800)),
+        _result(lambda s: 1 + s, lambda s: 500_000 + 1_000 * s, lambda s: 40 + 2 * s, ops=(900, 1800),
+                threads=lambda s: 117 + 8 * s),
         window=20)
     assert summary["traces_after_warmup"] == 80
     assert summary["rss_change_percent"] > 5.0  # medians 532.5k (steps 25-40) against 592.5k (85-100)
     found = long_run_report.violations(summary, 5.0)
-    assert len(found) == 4, found  # traces, functions, ops, RSS
+    assert len(found) == 5, found  # traces, functions, ops, threads, RSS
     assert found[0] == "80 train-step traces after warm-up"
