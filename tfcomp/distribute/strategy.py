@@ -3,7 +3,6 @@ compressed gradient aggregation. Swap it in for tf.distribute's and keep the
 rest of the program (TF_CONFIG, strategy.scope(), model.fit or strategy.run).
 """
 import tensorflow as tf
-from tensorflow.python.distribute import collective_util
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
 from tfcomp import agreement
@@ -11,17 +10,17 @@ from tfcomp.distribute import gradient_calls
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
 from tfcomp.exchange import Exchange
 
-DEFAULT_TIMEOUT_SECONDS = 600.0
-
 
 class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """MultiWorkerMirroredStrategy whose gradient reductions compress.
 
     compression: a tfcomp compressor class or instance (None: no compression).
-    cluster_resolver, communication_options: as tf.distribute's. Collectives
-        get a timeout of DEFAULT_TIMEOUT_SECONDS unless communication_options
-        sets one, so a worker that is gone or misconfigured fails the step
-        instead of hanging it.
+    cluster_resolver, communication_options: as tf.distribute's, and as there
+        collectives have no timeout unless communication_options sets one.
+        TensorFlow 2.15 holds a sleeping thread per collective launch for the
+        length of the timeout (tsl's PosixEnv::SchedClosureAfter), so a long
+        timeout on fast steps piles up threads until thread creation fails
+        (benchmarks/long_run.py: 8 threads a step on the main job).
     exchange_options: min_compress_elements, bucket_bytes, global_seed,
         selection, warmup_steps (see tfcomp.exchange.Exchange). Where tensor
         selection is on, the workers measure (or load) the compressor's
@@ -33,7 +32,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         gradient_calls.check_supported()
         exchange = Exchange(compression, **exchange_options)
         super().__init__(cluster_resolver=cluster_resolver,
-                         communication_options=_with_timeout(communication_options))
+                         communication_options=communication_options)
         extended = self.extended
         base = getattr(extended, "_cross_device_ops", None)
         if not isinstance(base, cross_device_ops_lib.CollectiveAllReduce):
@@ -77,9 +76,3 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
         agreement.share_compression_profile(self.exchange, average)
 
-
-def _with_timeout(options):
-    options = options or tf.distribute.experimental.CommunicationOptions()
-    if options.timeout_seconds is None:
-        options = options.merge(collective_util.Options(timeout_seconds=DEFAULT_TIMEOUT_SECONDS))
-    return options
