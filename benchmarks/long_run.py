@@ -144,7 +144,8 @@ def markdown(rows, problems, seconds):
         f"- **RSS**: VmRSS from `/proc/self/status`; *warm-up* is the median of the samples in steps "
         f"({FLAGS.warmup}, {FLAGS.warmup + FLAGS.window}], *end* the median in "
         f"({FLAGS.steps - FLAGS.window}, {FLAGS.steps}]; the change is end against warm-up, worker 0's and "
-        f"the largest in size over the workers (tolerance ±{FLAGS.rss_tolerance_percent:g}%).",
+        f"the largest in size over the workers (tolerance ±{FLAGS.rss_tolerance_percent:g}%); the *trend* is "
+        "worker 0's least-squares slope of RSS over all samples after warm-up.",
         "- **threads**: `Threads` from `/proc/self/status`, worker 0's medians over the same two windows "
         "(a rise of more than 10% fails). Collectives run without a timeout"
         + (f" (here {FLAGS.collective_timeout_s:g} s)" if FLAGS.collective_timeout_s else "")

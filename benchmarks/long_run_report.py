@@ -28,6 +28,8 @@ def worker_summary(result, window):
     start, end = at_step(samples, warmup), samples[-1]
     rss_start = window_median(samples, warmup, warmup + window)
     rss_end = window_median(samples, steps - window, steps)
+    after = [s for s in samples if s["step"] > warmup]
+    trend = statistics.linear_regression([s["step"] for s in after], [s["rss_kib"] for s in after]).slope
     return {
         "traces_at_warmup": start["traces"],
         "traces_after_warmup": end["traces"] - start["traces"],
@@ -38,6 +40,7 @@ def worker_summary(result, window):
         "concrete_functions": (result["concrete_functions"]["warmup"], result["concrete_functions"]["end"]),
         "rss_mib": (rss_start / 1024, rss_end / 1024),
         "rss_change_percent": 100.0 * (rss_end - rss_start) / rss_start,
+        "rss_trend_mib_per_1k_steps": trend * 1000 / 1024,  # least squares over the samples after warm-up
         "threads": (window_median(samples, warmup, warmup + window, key="threads"),
                     window_median(samples, steps - window, steps, key="threads")),
         "step_ms": result["step_ms"],
@@ -66,9 +69,9 @@ def markdown_table(rows):
     """rows: (compression, steps, [worker summaries], bytes sent/dense). Worker 0's
     RSS, ops and time; traces and the RSS change are the largest over workers."""
     lines = ["| compressor | steps | traces by warm-up | traces after warm-up | TF functions warm-up → end "
-             "| RSS MiB warm-up | RSS MiB end | RSS change (w0; largest) | threads warm-up → end | ops warm-up "
+             "| RSS MiB warm-up | RSS MiB end | RSS change (w0; largest) | RSS trend MiB/1k steps (w0) | threads warm-up → end | ops warm-up "
              "| ops end | ms/step | sent/dense | loss (last window) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, steps, summaries, sent_fraction in rows:
         w0 = summaries[0]
         largest = max((s["rss_change_percent"] for s in summaries), key=abs)
@@ -77,7 +80,8 @@ def markdown_table(rows):
             f"| {name} | {steps} | {w0['traces_at_warmup']} | {traces_after} "
             f"| {w0['context_functions'][0]} → {w0['context_functions'][1]} "
             f"| {w0['rss_mib'][0]:.1f} | {w0['rss_mib'][1]:.1f} "
-            f"| {w0['rss_change_percent']:+.2f}%; {largest:+.2f}% | {w0['threads'][0]:g} → {w0['threads'][1]:g} "
+            f"| {w0['rss_change_percent']:+.2f}%; {largest:+.2f}% | {w0['rss_trend_mib_per_1k_steps']:+.2f} "
+            f"| {w0['threads'][0]:g} → {w0['threads'][1]:g} "
             f"| {w0['ops'][0]} | {w0['ops'][1]} "
             f"| {w0['step_ms']:.2f} | {sent_fraction:.3f} | {w0['loss']:.4f} |")
     return "\n".join(lines)
