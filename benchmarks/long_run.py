@@ -165,7 +165,7 @@ def markdown(rows, problems, seconds):
     if problems:
         lines += ["**Failed:**", ""] + [f"- {name}: {what}" for name, what in problems]
     else:
-        lines.append(f"No compressor retraced, added a function or an op after warm-up, or moved RSS by more "
+        lines.append(f"No compressor retraced, added a function, an op or threads after warm-up, or moved RSS by more "
                      f"than {FLAGS.rss_tolerance_percent:g}%.")
     return "\n".join(lines) + "\n"
 
