@@ -123,7 +123,8 @@ def test_exchange_sends_unprofitable_tensors_dense():
 
 def test_warmup_sends_dense_then_compresses():
     k = 2
-    emu = Emulator(k, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1, selection=False, warmup_steps=2)
+    emu = Emulator(k, tfcomp.DRAGONN(ratio=0.01), min_compress_elements=1, selection=False, warmup_steps=2,
+                  check_finite=False)  # payloads only
     rng = np.random.default_rng(0)
     for step in range(3):
         grads = [[tf.constant(rng.standard_normal((64, 64)).astype(np.float32))] for _ in range(k)]

@@ -34,8 +34,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
 
     class _DistributedOptimizer:
-        def __init__(self, **kwargs):
-            super(self.__class__, self).__init__(**kwargs)  # pylint: disable=bad-super-call
+        def __init__(self, *args, **kwargs):
+            # LossScaleOptimizer's from_config passes its inner optimizer positionally.
+            super(self.__class__, self).__init__(*args, **kwargs)  # pylint: disable=bad-super-call
             object.__setattr__(self, ENGINE_ATTRIBUTE, engine)  # not a checkpoint dependency
             self._tfcomp_local = LocalVariables(scale_local_gradients)
             self._tfcomp_aggregation = None
