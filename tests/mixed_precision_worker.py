@@ -22,6 +22,8 @@ flags.DEFINE_bool("plain", False, "TensorFlow's own strategy / Horovod's own opt
 flags.DEFINE_string("compression", "NoCompression", "tfcomp compressor class name.")
 flags.DEFINE_list("poison_batches", [], "Batches of every epoch whose global batch holds a value float16 "
                   "cannot represent.")
+flags.DEFINE_bool("keras_wraps", False, "Horovod: compile tfcomp's optimizer and let Keras wrap it in a "
+                  "LossScaleOptimizer, instead of wrapping one.")
 flags.DEFINE_integer("steps", 32, "Training steps (whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate (momentum 0.9).")
 
@@ -83,9 +85,9 @@ def run_horovod(x, y):
     model = build_model()
     if FLAGS.plain:  # Horovod's documented order: Keras wraps the distributed optimizer in a LossScaleOptimizer
         opt = hvd.DistributedOptimizer(optimizer())
-    else:  # tfcomp's: the distributed optimizer wraps the LossScaleOptimizer, so it exchanges unscaled gradients
-        opt = tfcomp.horovod.DistributedOptimizer(tf.keras.mixed_precision.LossScaleOptimizer(optimizer()),
-                                                  compression=compressor(), min_compress_elements=1,
+    else:  # tfcomp's, around the LossScaleOptimizer or (keras_wraps) inside the one compile adds
+        inner = optimizer() if FLAGS.keras_wraps else tf.keras.mixed_precision.LossScaleOptimizer(optimizer())
+        opt = tfcomp.horovod.DistributedOptimizer(inner, compression=compressor(), min_compress_elements=1,
                                                   selection=False)
     per_rank = GLOBAL_BATCH // hvd.size()
     mine = slice(hvd.rank() * per_rank, (hvd.rank() + 1) * per_rank)

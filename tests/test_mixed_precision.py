@@ -59,3 +59,15 @@ def test_overflow_skips_the_step_on_every_worker_and_training_goes_on(uncompress
     if compression == "NoCompression":  # the same arithmetic as the uncompressed engine, up to summation order
         for a, b in zip(results[0]["weights"], plain[0]["weights"]):
             np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
+
+
+def test_horovod_exchanges_unscaled_gradients_whichever_optimizer_wraps_the_other(tmp_path):
+    """Keras wraps the compiled optimizer in a LossScaleOptimizer: tfcomp's then
+    sees scaled gradients, divides the scale out for the exchange and puts it
+    back, so error feedback trains exactly as with the LossScaleOptimizer inside."""
+    inside = train("horovod", tmp_path / "inside", compression="EFSignSGD")
+    outside = train("horovod", tmp_path / "outside", compression="EFSignSGD", keras_wraps=True)
+    assert outside[0]["optimizer_class"] == "LossScaleOptimizerV3"
+    assert outside[0]["loss_scales"] == expected_scales()
+    assert outside[0]["state_step"] == inside[0]["state_step"]
+    assert_identical_weights([*inside, *outside])

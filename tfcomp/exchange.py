@@ -162,6 +162,8 @@ class Exchange:
             exchanged = compressed
         if self.check_finite:
             finite = all_workers_finite(grads, collectives)
+            if probe is not None:  # compression starts once the flag is known
+                finite = probe.gate(finite, probe.mark("exchange_begin", after=finite))
             results = tf.cond(finite, exchanged, run(self._nonfinite_units(grads, names)))
             advance = tf.cast(finite, tf.int64)
         else:

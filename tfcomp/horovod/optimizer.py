@@ -1,6 +1,9 @@
 """tfcomp.horovod.DistributedOptimizer: Horovod's Keras optimizer wrapper with
 tfcomp's compressors."""
+import sys
+
 import horovod.tensorflow as hvd
+import tensorflow as tf
 from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 
 from tfcomp.horovod.engine import ENGINE_ATTRIBUTE, HorovodEngine, LocalVariables, check_horovod_arguments
@@ -54,10 +57,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
         def _tfcomp_distribute(self, grads_and_vars):
             grads, variables = zip(*grads_and_vars)
+            scale = loss_scale_around(self)
+            if scale is not None:  # exchange (and keep residuals of) unscaled gradients
+                grads = [None if g is None else tf.convert_to_tensor(g) / tf.cast(scale, g.dtype) for g in grads]
             if self._tfcomp_aggregation is not None:
                 reduced = self._tfcomp_aggregation.compute_gradients(tuple(grads), tuple(variables))
             else:
                 reduced = self._tfcomp_reduce(grads, variables)
+            if scale is not None:
+                reduced = [None if g is None else g * tf.cast(scale, g.dtype) for g in reduced]
             return list(zip(reduced, variables))
 
         def compute_gradients(self, loss, var_list, tape=None):
@@ -96,3 +104,21 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     # The class keeps the wrapped optimizer's name, so that a saved model loads without tfcomp.
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     return cls.from_config(optimizer.get_config())
+
+
+def loss_scale_around(optimizer):
+    """The loss scale of a Keras LossScaleOptimizer that wraps optimizer and is
+    computing its gradients (Keras wraps the compiled optimizer under
+    mixed_float16), or None. Its gradients arrive scaled: the exchange divides
+    the scale out (a power of two, so exactly) and multiplies it back, so that
+    error-feedback residuals do not change meaning when the scale changes."""
+    from keras.src.mixed_precision.loss_scale_optimizer import BaseLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    for _ in range(6):  # the wrapper's compute_gradients, then its caller
+        frame = frame.f_back
+        if frame is None:
+            return None
+        caller = frame.f_locals.get("self")
+        if isinstance(caller, BaseLossScaleOptimizer) and caller.inner_optimizer is optimizer:
+            return caller.loss_scale
+    return None
