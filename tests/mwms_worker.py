@@ -30,6 +30,7 @@ flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this director
 flags.DEFINE_integer("kill_at", -1, "SIGKILL this process when it starts the step after this many.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+flags.DEFINE_bool("watch_peers", True, "The strategy's watch_peers (off: TensorFlow's own failure detection).")
 flags.DEFINE_string("save_dir", None, "model.save() here after training (every worker saves).")
 flags.DEFINE_string("load_weights", None, "model.load_weights() from this path before training.")
 flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
@@ -48,7 +49,7 @@ def make_strategy():
     return MultiWorkerMirroredStrategy(compressor, communication_options=options,
                                        min_compress_elements=FLAGS.min_compress_elements,
                                        selection=None if FLAGS.selection else False,
-                                       warmup_steps=FLAGS.warmup_steps)
+                                       warmup_steps=FLAGS.warmup_steps, watch_peers=FLAGS.watch_peers)
 
 
 class Kill(tf.keras.callbacks.Callback):
