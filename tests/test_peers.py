@@ -4,6 +4,7 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 from tfcomp import peers
 from tfcomp.testing.local_cluster import ROOT
@@ -14,20 +15,25 @@ from tfcomp import peers
 listener, _ = peers.listen()
 workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "there", os.getpid())]
 peers.PeerWatch(1, workers, listener, ["127.0.0.1", "127.0.0.1"], [int(sys.argv[1]), 0])
+sys.stdin.readline()  # until the test is ready
 if sys.argv[2] == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 sys.exit(4 if sys.argv[2] == "fail" else 0)  # exits, with or without an error, say goodbye
 """
 
 
-def watch_a_peer(how):
-    """(this side's PeerWatch, the peer's exit code) after the peer ends `how`."""
+def watch_a_peer(how, steps_done=None):
+    """(this side's PeerWatch, the peer's exit code, what on_loss was told) after
+    the peer ends `how`, while this side runs step steps_done + 1."""
     listener, port = peers.listen()
-    peer = subprocess.Popen([sys.executable, "-c", PEER, str(port), how], cwd=ROOT)
+    peer = subprocess.Popen([sys.executable, "-c", PEER, str(port), how], cwd=ROOT, stdin=subprocess.PIPE)
     reported = []
     workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "localhost:2222", peer.pid)]
     watch = peers.PeerWatch(0, workers, listener, ["127.0.0.1", "127.0.0.1"], [port, 0], on_loss=reported.append)
-    code = peer.wait(timeout=60)
+    if steps_done is not None:
+        watch.mark_step(tf.constant(steps_done, tf.int64))  # eagerly, as the traced step would
+    peer.communicate(b"go\n", timeout=60)
+    code = peer.returncode
     deadline = time.monotonic() + 10
     while not (watch.losses or watch.left) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -35,14 +41,16 @@ def watch_a_peer(how):
     return watch, code, reported
 
 
-def test_a_killed_peer_is_reported_once_with_its_name_address_and_pid():
-    watch, code, reported = watch_a_peer("kill")
+@pytest.mark.parametrize("steps_done, when", [(None, "before its first training step"),
+                                              (20, "during training step 21")])
+def test_a_killed_peer_is_reported_once_with_its_name_address_pid_and_step(steps_done, when):
+    watch, code, reported = watch_a_peer("kill", steps_done)
     assert code == -9
     assert [loss.peer.rank for loss in watch.losses] == [1]
     assert reported == watch.losses  # on_loss is told at once
     assert reported[0].message.startswith(
-        f"tfcomp: worker 1 (localhost:2222, pid {reported[0].peer.pid}) was lost before the first training "
-        "step: its process ended without leaving (killed or crashed)")
+        f"tfcomp: worker 1 (localhost:2222, pid {reported[0].peer.pid}) was lost {when}: its process ended "
+        "without leaving (killed or crashed)")
 
 
 @pytest.mark.parametrize("how, expected_code", [("exit", 0), ("fail", 4)])

@@ -79,14 +79,13 @@ class PeerWatch:
         return self._step_started.assign(tf.cast(exchanges_done, tf.int64) + 1)
 
     def current_step(self):
-        """The training step being run (counted from 1), or None before the first."""
+        """The training step being run (counted from 1); 0 before the first; None if unreadable."""
         if self._step_started is None:
-            return None
+            return 0
         try:
-            step = int(self._step_started.numpy())
+            return max(0, int(self._step_started.numpy()))
         except Exception:  # pylint: disable=broad-except
-            return None  # the runtime can no longer read it: say nothing rather than guess
-        return step if step > 0 else None
+            return None  # the runtime can no longer read it: say so rather than guess
 
     def _connect(self, hosts, ports):
         deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
@@ -123,12 +122,12 @@ class PeerWatch:
         for other, sock in self._sockets.items():
             selector.register(sock, selectors.EVENT_READ, other)
         open_count = len(self._sockets)
-        while open_count:
+        while open_count and not self._closed:
             for key, _ in selector.select():
                 other = key.data
                 try:
                     data = key.fileobj.recv(64)
-                except OSError:
+                except (OSError, ValueError):  # reset, or closed by close() meanwhile
                     data = b""
                 if data and _GOODBYE in data:
                     with self._lock:
@@ -136,7 +135,7 @@ class PeerWatch:
                     continue
                 if data:
                     continue
-                selector.unregister(key.fileobj)
+                selector.unregister(key.fd)
                 open_count -= 1
                 with self._lock:
                     if self._closed or other in self.left:
@@ -145,7 +144,8 @@ class PeerWatch:
 
     def _lost(self, peer):
         step = self.current_step()
-        when = f"during training step {step}" if step is not None else "before the first training step"
+        when = {0: "before its first training step", None: "at a training step that could not be read"}.get(
+            step, f"during training step {step}")
         message = (f"tfcomp: {peer.name} ({peer.address}, pid {peer.pid}) was lost {when}: its process ended "
                    f"without leaving (killed or crashed). Restart all workers to resume from the last "
                    f"checkpoint (for example with tf.keras.callbacks.BackupAndRestore).")
@@ -185,7 +185,13 @@ def listen():
 
 
 def ipv4_as_int(host):
-    return struct.unpack("!I", socket.inet_aton(socket.gethostbyname(host)))[0]
+    """host's IPv4 address, as the peers reach it, packed in an int for a collective."""
+    try:
+        address = socket.gethostbyname(host)
+    except OSError as error:
+        raise RuntimeError(f"tfcomp: cannot resolve this worker's host name {host!r} for the peer watch "
+                           f"({error}); fix the name or pass watch_peers=False") from error
+    return struct.unpack("!I", socket.inet_aton(address))[0]
 
 
 def int_as_ipv4(value):
