@@ -52,13 +52,16 @@ def make_strategy():
                                        warmup_steps=FLAGS.warmup_steps, watch_peers=FLAGS.watch_peers)
 
 
-class Kill(tf.keras.callbacks.Callback):
+def kill():
     """Dies mid-training without cleaning up, as a crashed or killed worker does."""
+    logging.warning("SIGKILL to this worker")  # timestamped, for the survivors' reaction time
+    os.kill(os.getpid(), signal.SIGKILL)
 
+
+class Kill(tf.keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if int(self.model.optimizer.iterations.numpy()) == FLAGS.kill_at:
-            logging.warning("SIGKILL to this worker")  # timestamped, for the survivors' reaction time
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill()
 
 
 class Interrupt(tf.keras.callbacks.Callback):
@@ -114,7 +117,11 @@ def train_custom(strategy, x, y):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None), grads
 
     iterator = iter(ds)
-    losses = [float(step(next(iterator))[0]) for _ in range(FLAGS.steps)]
+    losses = []
+    for done in range(FLAGS.steps):
+        if done == FLAGS.kill_at:
+            kill()
+        losses.append(float(step(next(iterator))[0]))
     extra = check_mass(model, optimizer, strategy, step, iterator) if FLAGS.check_mass else {}
     return model, losses, extra
 

@@ -100,20 +100,22 @@ def kill_one_worker(out_dir, workers, killed, extra=()):
 KILLED_STEP = 21  # --kill_at=20: the worker dies when it starts the 21st step
 
 
-@pytest.mark.parametrize("workers, killed", [(2, 1), (3, 0)])
-def test_a_killed_worker_fails_every_other_worker_with_its_name_and_step(tmp_path, workers, killed):
+@pytest.mark.parametrize("workers, killed, loop", [(2, 1, "fit"), (3, 0, "fit"), (2, 1, "custom")])
+def test_a_killed_worker_fails_every_other_worker_with_its_name_and_step(tmp_path, workers, killed, loop):
     start = time.monotonic()
-    # A collective timeout far above the time the test allows: only the peer watch can fail the step in time.
-    codes, logs = kill_one_worker(tmp_path, workers, killed, ["--timeout=600"])
-    named = re.compile(rf"UnavailableError: .*Collective ops is aborted by: tfcomp: worker {killed} "
-                       rf"\(localhost:\d+, pid \d+\) was lost during training step {KILLED_STEP}: its process "
-                       rf"ended without leaving", re.S)
+    # A collective timeout far above the time the test allows: the loss must fail the step, not the timeout.
+    codes, logs = kill_one_worker(tmp_path, workers, killed, ["--timeout=600", f"--loop={loop}"])
+    named = re.compile(rf"^E.*tfcomp: worker {killed} \(localhost:\d+, pid \d+\) was lost during training step "
+                       rf"{KILLED_STEP}: its process ended without leaving", re.M)
     for task in range(workers):
         if task != killed:
             assert codes[task] == 1, (codes, logs[task][-3000:])
             assert named.search(logs[task]), logs[task][-3000:]
-            lost = set(re.findall(r"tfcomp: worker (\d+) \(", logs[task]))
+            assert "UnavailableError" in logs[task], logs[task][-3000:]
+            lost = set(re.findall(r"tfcomp: (?:then )?worker (\d+) \(", logs[task]))
             assert lost == {str(killed)}, lost  # a survivor that failed and left is not blamed
+    # The step's error also carries the message where the watch aborted the collectives before one
+    # failed on the closed connection (a race; the log line above is there either way).
     assert time.monotonic() - start < 150
 
 

@@ -11,7 +11,9 @@ goodbye and is not blamed.
 On a loss the watch logs, on every surviving worker, which worker was lost
 (its rank, address and process id) and in which training step, and calls the
 engine's on_loss (the tf.distribute engine aborts its collectives with that
-message, so the step fails at once with it instead of waiting for a timeout).
+message, so the step fails at once with it instead of waiting for a timeout;
+where a collective already failed on the closed connection a moment before,
+the step's error is that one, and the log line tells what happened).
 """
 import atexit
 import dataclasses
@@ -157,9 +159,9 @@ class PeerWatch:
             logging.warning("tfcomp: then %s (%s, pid %d) ended without leaving too", peer.name, peer.address,
                             peer.pid)
             return
-        logging.error(message)
-        if self._on_loss is not None:
+        if self._on_loss is not None:  # first: the collectives may be failing with a less clear error
             self._on_loss(loss)
+        logging.error(message)
 
     def close(self):
         """Says goodbye to every peer (this worker leaves; it was not lost)."""
