@@ -28,7 +28,9 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         instead of hanging it.
     watch_peers: keep a connection to every other worker (tfcomp.peers), so
         that a worker killed mid-step fails the step on every other worker at
-        once, with an error that names it and the step.
+        once, with an error (and a log line before it) that names it and the
+        step. Where a collective failed on the dead worker's connection a
+        moment before, the error is that collective's, after the log line.
     exchange_options: min_compress_elements, bucket_bytes, global_seed,
         selection, warmup_steps (see tfcomp.exchange.Exchange). Where tensor
         selection is on, the workers measure (or load) the compressor's
@@ -67,14 +69,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def _check_workers_agree(self):
         """Every worker must run the same exchange, or payloads would not line up."""
-        def gather(value):
-            @tf.function
-            def run():
-                ctx = tf.distribute.get_replica_context()
-                return ctx.all_gather(tf.constant([value], tf.int64), axis=0)
-            return self.experimental_local_results(self.run(run))[0].numpy().tolist()
-
-        agreement.check_workers_agree(self.exchange, gather, self.cluster_resolver.task_id)
+        agreement.check_workers_agree(self.exchange, lambda value: [row[0] for row in self._gather_ints([value])],
+                                      self.cluster_resolver.task_id)
 
     def _gather_ints(self, values):
         """Every worker's list of ints (as long as this worker's), in group-rank order."""
