@@ -22,7 +22,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Compression.none / Compression.fp16. IndexedSlices gradients are sent
     dense whatever sparse_as_dense says; device_sparse is unused for that
     reason. exchange_options (min_compress_elements, bucket_bytes,
-    global_seed, selection, warmup_steps) are tfcomp.exchange.Exchange's.
+    global_seed, selection, warmup_steps) are tfcomp.exchange.Exchange's;
+    watch_peers=False turns off the report of a lost rank (tfcomp.peers).
     gradient_predivide_factor, groups and other process sets are refused.
 
     Call it on every rank after hvd.init(): it checks that all ranks run the
