@@ -7,14 +7,13 @@ Reports the median step time of each and their ratio.
     python -m benchmarks.finite_check_overhead [--repeats 5] [--compressors NoCompression,EFSignSGD,DRAGONN]
 """
 import os
-import pathlib
 import statistics
-import sys
 import tempfile
 import time
 
 from absl import app, flags
 
+from benchmarks import harness
 from tfcomp.testing.local_cluster import run_workers
 
 FLAGS = flags.FLAGS
@@ -22,7 +21,7 @@ flags.DEFINE_list("compressors", ["NoCompression", "EFSignSGD", "DRAGONN", "Powe
                   "tfcomp compressor names, as the main job's --compressors.")
 flags.DEFINE_integer("repeats", 5, "Runs per compressor and setting.")
 flags.DEFINE_integer("epochs", 6, "Training epochs per run (the first is not timed).")
-flags.DEFINE_string("out", "benchmarks/results/finite_check_overhead.md", "Markdown results.")
+flags.DEFINE_string("out_dir", "benchmarks/results", "Where finite_check_overhead.{md,json} go.")
 
 
 def run(name, check):
@@ -51,7 +50,7 @@ def main(argv):
     lines = [
         "# Cost of the non-finite check on the main job's model",
         "",
-        f"`{' '.join(['python', '-m', 'benchmarks.finite_check_overhead', *sys.argv[1:]])}` on "
+        f"`{harness.command_line('benchmarks.finite_check_overhead')}` on "
         f"{os.cpu_count()} CPUs shared with other work (load average {load_before[0]:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after; {elapsed:.0f} s).",
         "",
@@ -71,7 +70,9 @@ def main(argv):
                      f"{statistics.median(on) / statistics.median(off) - 1:+.1%} | {pairs} |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
-    pathlib.Path(FLAGS.out).write_text(text)
+    payload = {"machine": harness.machine(), "step_ms": {f"{name}/{'with' if check else 'without'}": times
+                                                         for (name, check), times in runs.items()}}
+    harness.write_results(FLAGS.out_dir, "finite_check_overhead", payload, text)
 
 
 if __name__ == "__main__":
