@@ -10,7 +10,7 @@ CUDA_ARCHS ?= 70 75 80 86 89 90
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PYTHON
 
-.PHONY: venv constraints build demo test pytest bazel-test cuda-check build-gpu bench clean
+.PHONY: venv constraints build demo test pytest bazel-test sanitize cuda-check build-gpu bench clean
 
 venv:
 	@tools/bootstrap_venv.sh $(VENV)
@@ -42,6 +42,11 @@ test: pytest bazel-test
 
 bazel-test: venv
 	tools/bazel_test.sh
+
+# The C++ op and core tests again, with the op library and the tests built
+# with AddressSanitizer and UndefinedBehaviorSanitizer (build/sanitize/).
+sanitize: venv
+	tools/sanitize.sh
 
 # Compile-and-link check of the CUDA kernels (CI builds one architecture).
 cuda-check: venv

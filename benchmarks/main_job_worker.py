@@ -30,6 +30,7 @@ flags.DEFINE_string("timeline", None, "Record a tfcomp.callbacks.Timeline from t
 flags.DEFINE_float("collective_timeout_s", None, "CommunicationOptions.timeout_seconds (default: none). "
                    "TensorFlow holds a sleeping thread per collective launch for this long.")
 flags.DEFINE_integer("timeline_steps", None, "Steps the timeline records (default: one epoch).")
+flags.DEFINE_bool("check_finite", True, "tfcomp's per-step non-finite flag (the exchange's check_finite).")
 
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
@@ -41,12 +42,13 @@ RANK = 4
 def strategy_options(name):
     """The compressor, and for the sparsifiers tensor selection planned for this link."""
     cls = getattr(tfcomp, name)
+    options = {"check_finite": FLAGS.check_finite}
     if issubclass(cls, LowRank):
-        return {"compression": cls(RANK)}
+        return {"compression": cls(RANK), **options}
     if not issubclass(cls, Sparsifier):
-        return {"compression": cls}
+        return {"compression": cls, **options}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))
-    return {"compression": cls(ratio=SPARSE_RATIO), "selection": selection}
+    return {"compression": cls(ratio=SPARSE_RATIO), "selection": selection, **options}
 
 
 def compile_for_tf_distribute(lr):

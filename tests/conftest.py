@@ -1,7 +1,19 @@
 import os
 import tempfile
 
+from hypothesis import HealthCheck, settings
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Compression profiles (tfcomp.selection) measured by the tests stay with the tests;
 # worker processes inherit the variable.
 os.environ.setdefault("TFCOMP_CACHE_DIR", tempfile.mkdtemp(prefix="tfcomp-test-cache-"))
+
+# Hypothesis (tests/test_op_properties.py): "ci", the default, runs a bounded number of
+# examples drawn from a seed fixed per test, so every run tests the same inputs and the
+# file takes well under a minute; `pytest --hypothesis-profile=thorough` draws 20 times
+# as many, afresh each run, and keeps failures in .hypothesis/ to replay them.
+_PROPERTY_SETTINGS = dict(deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None, **_PROPERTY_SETTINGS)
+settings.register_profile("thorough", max_examples=1200, **_PROPERTY_SETTINGS)
+settings.load_profile("ci")

@@ -3,12 +3,14 @@ model with tfcomp.horovod.DistributedOptimizer / DistributedGradientTape, or
 with Horovod's own optimizer for comparison, and writes its losses and final
 weights as JSON (out/rank<r>.json)."""
 import json
+import os
 import pathlib
+import signal
 
 import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
 import tensorflow as tf
-from absl import app, flags
+from absl import app, flags, logging
 
 import tfcomp
 import tfcomp.horovod
@@ -31,6 +33,8 @@ flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_integer("backward_passes_per_step", 1, "Local gradient accumulation.")
 flags.DEFINE_bool("horovod_callbacks", False, "Broadcast, metric average and learning-rate warm-up callbacks.")
 flags.DEFINE_string("backup_dir", None, "BackupAndRestore into <dir>/rank<r>.")
+flags.DEFINE_integer("kill_at", -1, "Rank kill_rank SIGKILLs itself when it starts the step after this many.")
+flags.DEFINE_integer("kill_rank", 1, "The rank --kill_at kills.")
 flags.DEFINE_integer("interrupt_at", -1, "Exit (code 3) at this step, after a backup.")
 flags.DEFINE_string("trace_dir", None, "Record a tfcomp.callbacks.Timeline of steps 8-15 here.")
 
@@ -79,6 +83,15 @@ def shard(x, y):
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).map(lambda xb, yb: (xb[mine], yb[mine]))
 
 
+class Kill(tf.keras.callbacks.Callback):
+    """Dies mid-training without cleaning up, as a crashed or killed worker does."""
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if hvd.rank() == FLAGS.kill_rank and int(self.model.optimizer.iterations.numpy()) == FLAGS.kill_at:
+            logging.warning("SIGKILL to this worker")  # timestamped, for the survivors' reaction time
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class Interrupt(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if int(self.model.optimizer.iterations.numpy()) == FLAGS.interrupt_at:
@@ -98,6 +111,8 @@ def train_fit(x, y):
         callbacks.append(tf.keras.callbacks.BackupAndRestore(f"{FLAGS.backup_dir}/rank{hvd.rank()}"))
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())
+    if FLAGS.kill_at >= 0:
+        callbacks.append(Kill())
     if FLAGS.trace_dir:
         callbacks.append(tfcomp.callbacks.Timeline(FLAGS.trace_dir, start_step=8, num_steps=8))
     history = model.fit(shard(x, y), epochs=-(-FLAGS.steps // BATCHES_PER_EPOCH), verbose=0, callbacks=callbacks)

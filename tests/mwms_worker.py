@@ -2,10 +2,12 @@
 tfcomp.distribute.MultiWorkerMirroredStrategy (or tf.distribute's, for
 comparison) and writes its losses and final weights as JSON."""
 import json
+import os
+import signal
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags
+from absl import app, flags, logging
 
 import tfcomp
 from tfcomp.distribute import MultiWorkerMirroredStrategy
@@ -25,8 +27,10 @@ flags.DEFINE_integer("rank", None, "The low-rank compressors' rank (default: the
 flags.DEFINE_bool("selection", True, "Efficiency-aware tensor selection where the compressor wants it.")
 flags.DEFINE_integer("warmup_steps", 0, "Dense warm-up steps.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
+flags.DEFINE_integer("kill_at", -1, "SIGKILL this process when it starts the step after this many.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
 flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+flags.DEFINE_bool("watch_peers", True, "The strategy's watch_peers (off: TensorFlow's own failure detection).")
 flags.DEFINE_string("save_dir", None, "model.save() here after training (every worker saves).")
 flags.DEFINE_string("load_weights", None, "model.load_weights() from this path before training.")
 flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
@@ -45,7 +49,19 @@ def make_strategy():
     return MultiWorkerMirroredStrategy(compressor, communication_options=options,
                                        min_compress_elements=FLAGS.min_compress_elements,
                                        selection=None if FLAGS.selection else False,
-                                       warmup_steps=FLAGS.warmup_steps)
+                                       warmup_steps=FLAGS.warmup_steps, watch_peers=FLAGS.watch_peers)
+
+
+def kill():
+    """Dies mid-training without cleaning up, as a crashed or killed worker does."""
+    logging.warning("SIGKILL to this worker")  # timestamped, for the survivors' reaction time
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Kill(tf.keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == FLAGS.kill_at:
+            kill()
 
 
 class Interrupt(tf.keras.callbacks.Callback):
@@ -73,6 +89,8 @@ def train_fit(strategy, x, y):
         callbacks.append(tf.keras.callbacks.BackupAndRestore(FLAGS.backup_dir))
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())
+    if FLAGS.kill_at >= 0:
+        callbacks.append(Kill())
     epochs = -(-FLAGS.steps // BATCHES_PER_EPOCH)
     history = model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
     return model, history.history["loss"], {}
@@ -99,7 +117,11 @@ def train_custom(strategy, x, y):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None), grads
 
     iterator = iter(ds)
-    losses = [float(step(next(iterator))[0]) for _ in range(FLAGS.steps)]
+    losses = []
+    for done in range(FLAGS.steps):
+        if done == FLAGS.kill_at:
+            kill()
+        losses.append(float(step(next(iterator))[0]))
     extra = check_mass(model, optimizer, strategy, step, iterator) if FLAGS.check_mass else {}
     return model, losses, extra
 

@@ -35,7 +35,7 @@ def hash_select(g, threshold, seed, capacity):
         selected = np.nonzero(~(np.abs(flat) < t))[0]
     params = hash_from_seed(*seed)
     indices = np.full(capacity, -1, np.int64)
-    for i in selected:
+    for i in selected if capacity else ():  # no slots: nothing is kept
         indices[hash_slot(params, i, capacity)] = i
     values = np.zeros(capacity, g.dtype)
     values[indices >= 0] = g.reshape(-1)[indices[indices >= 0]]

@@ -1,10 +1,14 @@
 """tfcomp.distribute.MultiWorkerMirroredStrategy with real worker processes on localhost."""
+import re
+import signal
 import time
 
 import numpy as np
 import pytest
 
 import tfcomp
+from tfcomp.exchange import FINITE_FLAG_BYTES
+from tfcomp.testing import processes
 from tfcomp.testing.local_cluster import run_workers
 from workload import assert_identical_weights
 
@@ -84,6 +88,47 @@ def test_a_lost_worker_fails_the_step_instead_of_hanging(tmp_path):
     assert time.monotonic() - start < 120
 
 
+def kill_one_worker(out_dir, workers, killed, extra=()):
+    """Worker `killed` SIGKILLs itself as it starts step KILLED_STEP; returns (codes, logs)."""
+    per_worker = [["--kill_at=20"] if t == killed else [] for t in range(workers)]
+    codes, logs, _ = run_workers("tests.mwms_worker", workers, ["--compression=EFSignSGD", *extra], out_dir,
+                                 per_worker_args=per_worker)
+    assert codes[killed] == -signal.SIGKILL, codes
+    assert processes.running(str(out_dir)) == []  # no worker is left behind
+    return codes, logs
+
+
+KILLED_STEP = 21  # --kill_at=20: the worker dies when it starts the 21st step
+
+
+@pytest.mark.parametrize("workers, killed, loop", [(2, 1, "fit"), (3, 0, "fit"), (2, 1, "custom")])
+def test_a_killed_worker_fails_every_other_worker_with_its_name_and_step(tmp_path, workers, killed, loop):
+    start = time.monotonic()
+    # A collective timeout far above the time the test allows: the loss must fail the step, not the timeout.
+    codes, logs = kill_one_worker(tmp_path, workers, killed, ["--timeout=600", f"--loop={loop}"])
+    named = re.compile(rf"^E.*tfcomp: worker {killed} \(localhost:\d+, pid \d+\) was lost during training step "
+                       rf"{KILLED_STEP}: its process ended without leaving", re.M)
+    for task in range(workers):
+        if task != killed:
+            assert codes[task] == 1, (codes, logs[task][-3000:])
+            assert named.search(logs[task]), logs[task][-3000:]
+            assert "UnavailableError" in logs[task], logs[task][-3000:]
+            lost = set(re.findall(r"tfcomp: (?:then )?worker (\d+) \(", logs[task]))
+            assert lost == {str(killed)}, lost  # a survivor that failed and left is not blamed
+    # The step's error also carries the message where the watch aborted the collectives before one
+    # failed on the closed connection (a race; the log line above is there either way).
+    assert time.monotonic() - start < 150
+
+
+def test_backup_and_restore_resumes_after_a_worker_is_killed(tmp_path):
+    backup = tmp_path / "backup"
+    kill_one_worker(tmp_path / "killed", 2, 1, ["--timeout=600", f"--backup_dir={backup}"])
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights([*resumed, uninterrupted[0]])
+    assert resumed[0]["state_step"] == STEPS
+
+
 def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
     backup = tmp_path / "backup"
     codes, logs, _ = run_workers("tests.mwms_worker", 2, ["--compression=EFSignSGD", f"--backup_dir={backup}",
@@ -115,4 +160,4 @@ def test_tensor_selection_shares_profiles_and_agrees(tmp_path):
     results = train(tmp_path, compression="DRAGONN", min_compress_elements=1)
     assert_identical_weights(results)
     dense_bytes = 4 * (64 * 64 + 64 + 64 * 10 + 10)
-    assert results[0]["payload_bytes"] == dense_bytes
+    assert results[0]["payload_bytes"] == dense_bytes + FINITE_FLAG_BYTES

@@ -1,10 +1,12 @@
 """tfcomp.horovod with real `horovodrun -np 2/3` jobs (Gloo) on localhost."""
 import json
+import re
 import time
 
 import numpy as np
 import pytest
 
+from tfcomp.testing import processes
 from tfcomp.testing.horovod_cluster import horovodrun
 from workload import assert_identical_weights
 
@@ -78,6 +80,10 @@ def test_compressors_train_under_model_fit(tmp_path, compression, lr, ranks, ext
 
     # What crossed Horovod's collectives, read from Horovod's own timeline.
     ops = exchange_collectives(timeline)
+    # The exchange's non-finite flag: one float32 per rank and step, summed.
+    flag = ("ALLREDUCE", "float32", 1)
+    assert ops.count(flag) == STEPS, ops[:4]
+    ops = [op for op in ops if op != flag]
     assert len(ops) >= STEPS
     gathered = [n for kind, _, n in ops if kind == "ALLGATHER"]
     reduced = [(dtype, n) for kind, dtype, n in ops if kind == "ALLREDUCE"]
@@ -138,6 +144,44 @@ def test_per_rank_backup_and_restore_resumes_every_ranks_residuals(tmp_path):
     assert resumed[0]["state_step"] == STEPS
 
 
+KILLED_STEP = 21  # --kill_at=20: the rank dies when it starts the 21st step
+
+
+def kill_one_rank(out_dir, ranks, killed, extra=()):
+    """Rank `killed` SIGKILLs itself as it starts step KILLED_STEP; returns horovodrun's log."""
+    code, log, results = horovodrun("tests.horovod_worker", ranks,
+                                    ["--compression=EFSignSGD", "--kill_at=20", f"--kill_rank={killed}", *extra],
+                                    out_dir, timeout=200)
+    assert code not in (0, -9), log[-3000:]  # horovodrun failed the job itself
+    assert f"Process name: {killed}\nExit code: 137" in log, log[-3000:]
+    assert results == [None] * ranks
+    assert processes.running(str(out_dir)) == []  # no rank is left behind
+    return log
+
+
+@pytest.mark.parametrize("ranks, killed", [(2, 1), (3, 0)])
+def test_a_killed_rank_is_named_with_its_step_on_every_other_rank(tmp_path, ranks, killed):
+    start = time.monotonic()
+    log = kill_one_rank(tmp_path, ranks, killed)
+    for rank in range(ranks):
+        if rank != killed:
+            # each surviving rank's first report: horovodrun then ends the job, killing the others too
+            first = re.search(rf"^\[{rank}\]<stderr>:.*?tfcomp: ((?:then )?rank \d+ .*)$", log, re.M)
+            assert first, log[-3000:]
+            assert re.match(rf"rank {killed} \(127\.0\.0\.1, pid \d+\) was lost during training step "
+                            rf"{KILLED_STEP}: its process ended without leaving", first.group(1)), first.group(1)
+    assert time.monotonic() - start < 150
+
+
+def test_backup_and_restore_resumes_after_a_rank_is_killed(tmp_path):
+    backup = tmp_path / "backup"
+    kill_one_rank(tmp_path / "killed", 2, 1, [f"--backup_dir={backup}"])
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights([*resumed, uninterrupted[0]])
+    assert resumed[0]["state_step"] == STEPS
+
+
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_timeline_records_every_ranks_phases(tmp_path, loop):
     from test_timeline import check_steps, read_files  # pylint: disable=import-outside-toplevel
@@ -154,4 +198,5 @@ def test_timeline_records_every_ranks_phases(tmp_path, loop):
             phases = [e["args"]["phase"] for e in events]
             assert {"forward_backward", "compress", "communicate", "decompress", "apply"} <= set(phases), phases
             kinds = sorted(e["args"]["collective"] for e in events if "collective" in e["args"])
-            assert kinds == ["allgather", "allreduce"], kinds  # the DRAGONN kernel; the dense rest
+            # the DRAGONN kernel; the non-finite flag and the dense rest
+            assert kinds == ["allgather", "allreduce", "allreduce"], kinds

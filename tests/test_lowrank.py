@@ -23,8 +23,8 @@ def state(emu, rank):
     return {name: v.numpy() for name, v in emu.states[rank].get("w").items()}
 
 
-def emulator(k, compressor):
-    return Emulator(k, compressor, min_compress_elements=1)
+def emulator(k, compressor, **options):
+    return Emulator(k, compressor, min_compress_elements=1, **options)
 
 
 @pytest.mark.parametrize("cls", [tfcomp.PowerSGD, tfcomp.ACPSGD], ids=lambda c: c.__name__)
@@ -97,11 +97,11 @@ def test_acpsgd_error_is_orthogonal_to_the_factor_it_was_projected_on():
 
 def test_acpsgd_alternates_p_and_q_and_halves_powersgd_traffic():
     n, m = SHAPE
-    emu = emulator(2, tfcomp.ACPSGD(4))
+    emu = emulator(2, tfcomp.ACPSGD(4), check_finite=False)  # payloads only
     for step in range(4):
         emu.step(grads(2, step), ["w"])
     assert [b for _, b in emu.traffic] == [4 * n * 4, 4 * m * 4] * 2
-    power = emulator(2, tfcomp.PowerSGD(4))
+    power = emulator(2, tfcomp.PowerSGD(4), check_finite=False)
     power.step(grads(2, 0), ["w"])
     assert sum(b for _, b in emu.traffic[:2]) == sum(b for _, b in power.traffic)  # two ACP steps = one PowerSGD
     assert tfcomp.ACPSGD(4).payload_bytes(SHAPE, tf.float32) * 2 == tfcomp.PowerSGD(4).payload_bytes(SHAPE, tf.float32)
@@ -182,7 +182,7 @@ def test_ablation_switches():
 
 
 def test_start_powersgd_iter_sends_dense_first():
-    emu = emulator(2, tfcomp.PowerSGD(2, start_powerSGD_iter=2))
+    emu = emulator(2, tfcomp.PowerSGD(2, start_powerSGD_iter=2), check_finite=False)  # payloads only
     for step in range(3):
         g = grads(2, step)
         out = emu.step(g, ["w"])[0][0].numpy()

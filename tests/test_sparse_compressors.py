@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
+from tfcomp.exchange import FINITE_FLAG_BYTES
 from tfcomp.testing import Emulator
 
 SHAPE = (120, 250)
@@ -70,7 +71,7 @@ def test_dragonn_slots_follow_the_hash_and_the_sampled_threshold():
 
 
 def test_randomk_uses_allreduce_and_the_same_positions_everywhere():
-    emu = Emulator(3, tfcomp.RandomK(ratio=0.01), min_compress_elements=1, selection=False)
+    emu = Emulator(3, tfcomp.RandomK(ratio=0.01), min_compress_elements=1, selection=False, check_finite=False)
     g = grads(3, 0)
     out = emu.step(g, ["w"])[0][0].numpy()
     assert [kind for kind, _ in emu.traffic] == ["allreduce"]
@@ -87,7 +88,8 @@ def test_payloads_are_allgathered_values_and_indices_of_fixed_size(cls):
     emu = Emulator(2, compressor, min_compress_elements=1, selection=False)
     emu.step(grads(2, 0), ["w"])
     m = compressor.capacity(SHAPE)
-    assert emu.traffic == [("allgather", 8 * m)]  # float32 values and int32 indices, fused
+    # The non-finite flag, then float32 values and int32 indices, fused.
+    assert emu.traffic == [("allreduce", FINITE_FLAG_BYTES), ("allgather", 8 * m)]
     assert compressor.payload_bytes(SHAPE, tf.float32) == 8 * m
 
 

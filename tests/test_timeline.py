@@ -14,7 +14,7 @@ import tfcomp
 from tfcomp.callbacks import PHASES, Timeline, probe
 from tfcomp.callbacks.segments import step_record
 from tfcomp.callbacks.trace import merge
-from tfcomp.exchange import Exchange
+from tfcomp.exchange import FINITE_FLAG_BYTES, Exchange
 from tfcomp.state import CompressionState
 from tfcomp.testing.emulator import Emulator
 from tfcomp.testing.local_cluster import run_workers
@@ -52,6 +52,16 @@ def phase_events(doc):
     return {s: sorted(events, key=lambda e: e["ts"]) for s, events in steps.items()}
 
 
+def without_finite_flag(events):
+    """A step's events less the exchange's non-finite flag (its 4-byte allreduce, and the
+    unfuse after it), which communicates before compression starts."""
+    for i, e in enumerate(events):
+        if e["args"].get("collective") == "allreduce" and e["args"].get("bytes") == FINITE_FLAG_BYTES:
+            rest = events[i + 1:]
+            return events[:i] + (rest[1:] if rest and rest[0]["name"] == "unfuse" else rest)
+    return events
+
+
 def check_steps(doc, rows):
     """Phases in order, not overlapping, adding up to the step; the CSV holds the same sums."""
     steps = phase_events(doc)
@@ -59,7 +69,7 @@ def check_steps(doc, rows):
     assert steps and set(steps) == set(step_events)
     csv_sums = {(int(r["step"]), r["phase"]): float(r["duration_ms"]) for r in rows}
     for step, events in steps.items():
-        order = [PHASES.index(e["args"]["phase"]) for e in events]
+        order = [PHASES.index(e["args"]["phase"]) for e in without_finite_flag(events)]
         assert order == sorted(order), [e["name"] for e in events]  # single-round compressors
         for before, after in zip(events, events[1:]):
             assert after["ts"] >= before["ts"] + before["dur"] - 0.01, (before, after)
@@ -128,8 +138,8 @@ def test_every_compressor_marks_its_phases_and_collective_bytes(compression):
                 assert t["bytes"] == 4 * int(np.prod(t["shape"]))
                 if t["plan"]["compressor"] == type(compressor).__name__ and len(t["shape"]) > 1:
                     assert t["plan"]["payload_bytes"] == compressor.payload_bytes(tf.TensorShape(t["shape"]), tf.float32)
-    if isinstance(emu.exchange.compressor, tfcomp.PowerSGD):  # two rounds: compress comes back for Q
-        assert [s.phase for s in record.segments].count("compress") == 2
+    if isinstance(emu.exchange.compressor, tfcomp.PowerSGD):  # the non-finite check, then P, then Q
+        assert [s.phase for s in record.segments].count("compress") == 3
 
 
 # ---- one process, graph mode: a custom loop with the exchange as its engine
@@ -179,9 +189,10 @@ def test_without_a_timeline_the_exchange_builds_the_same_graph():
             return reduce(g)
 
     ops = collections.Counter(_graph_ops(tf.function(recorded), x))
-    # the step's start, gradient, all ready, end; in each branch: the collective's begin and
-    # end, the round's end
-    assert ops["Timestamp"] == 10
+    # the step's start, gradient, all ready, end; the non-finite flag's collective begin and end,
+    # and the exchange's begin once it is known; in the warm-up and compressed branches: the
+    # collective's begin and end, the round's end; in the non-finite branch: the round's end
+    assert ops["Timestamp"] == 14
     assert probe.current() is None
     assert collections.Counter(_graph_ops(tf.function(reduce), x)) == before
 
@@ -214,8 +225,9 @@ def test_graph_mode_custom_loop_records_windowed_steps_and_writes_files(tmp_path
         phases = [e["args"]["phase"] for e in events]
         assert phases[:2] == ["input", "forward_backward"] and phases[-2:] == ["apply", "metrics"], phases
         collectives = [e for e in events if "collective" in e["args"]]
-        # Warm-up (steps 0, 1) sends dense, one allreduce; then sign words are gathered.
-        assert [e["args"]["collective"] for e in collectives] == (["allreduce"] if s < 2 else ["allgather", "allreduce"])
+        # The non-finite flag; warm-up (steps 0, 1) sends dense, one allreduce; then sign words are gathered.
+        expected = ["allreduce"] if s < 2 else ["allgather", "allreduce"]
+        assert [e["args"]["collective"] for e in collectives] == ["allreduce", *expected]
     ready = [e for e in doc["traceEvents"] if e["ph"] == "i" and e["args"]["step"] == 3]
     assert sorted(e["name"] for e in ready) == sorted(v.name for v in model.trainable_variables)
     # The backward pass makes the last layer's gradients first.
@@ -274,9 +286,10 @@ def test_model_fit_on_two_workers_with_compression(tmp_path):
             assert phases[:3] == ["input", "forward_backward", "compress"], phases
             assert phases[-3:] == ["decompress", "apply", "metrics"], phases
             collectives = [e["args"] for e in events if "collective" in e["args"]]
-            assert [c["collective"] for c in collectives] == ["allgather", "allreduce"]
-            # Packed signs + mean|p| of three kernels, dense biases (2 x 2048 + 10 floats).
-            assert collectives[1]["bytes"] == 4 * (2048 + 2048 + 10)
+            # The non-finite flag, packed signs + mean|p| of three kernels, dense biases.
+            assert [c["collective"] for c in collectives] == ["allreduce", "allgather", "allreduce"]
+            assert collectives[0]["bytes"] == FINITE_FLAG_BYTES
+            assert collectives[2]["bytes"] == 4 * (2048 + 2048 + 10)
         tensors = doc["otherData"]["tensors"]
         assert {t["plan"]["compressor"] for t in tensors} == {"EFSignSGD", "NoCompression"}
         assert sum(t["bytes"] for t in tensors) == 4 * (256 * 2048 + 2048 * 2048 + 2048 * 10 + 2048 + 2048 + 10)
@@ -307,7 +320,7 @@ def test_custom_loop_on_two_workers_through_warmup_and_alternating_phases(tmp_pa
         doc, rows = read_files(result["paths"])
         steps = check_steps(doc, rows)
         sent = {s: sum(e["args"].get("bytes", 0) for e in events) for s, events in steps.items()}
-        dense = 4 * (256 * 256 + 256 * 256 + 256 * 10 + 256 + 256 + 10)
+        dense = 4 * (256 * 256 + 256 * 256 + 256 * 10 + 256 + 256 + 10) + FINITE_FLAG_BYTES
         assert [sent[s] for s in (1, 2)] == [dense, dense]
         # ACP-SGD sends P (rows x rank) and Q (columns x rank) on alternate steps.
         assert sent[3] == sent[5] == sent[7] and sent[4] == sent[6] and sent[3] != sent[4]

@@ -12,12 +12,13 @@ from absl import logging
 
 from tfcomp import fusion
 from tfcomp.callbacks import probe as timeline_probe
-from tfcomp.compressors.base import Round, TensorContext, resolve
+from tfcomp.compressors.base import Compressor, Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.selection import EfficiencyAwareSelection
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's and the ACP-SGD paper's bucket
 DEFAULT_MIN_COMPRESS_ELEMENTS = 1024
+FINITE_FLAG_BYTES = 4  # the float32 flag every worker allreduces per step (check_finite)
 
 
 class Exchange:
@@ -31,16 +32,28 @@ class Exchange:
     warmup_steps steps send everything dense. Dense payloads fuse into buckets
     of bucket_bytes; compressed payloads into buckets of bucket_bytes times
     their compression rate.
+
+    Non-finite gradients (check_finite=True): before anything is compressed,
+    the workers sum one flag, "my gradients hold a NaN or Inf". On a step
+    where any worker's do, every worker gets NaN for every floating-point
+    gradient and no compressor state changes (residuals, momentum, factors,
+    the step counter and so the phase), so Keras' LossScaleOptimizer skips
+    the step on all workers alike and error feedback is not poisoned. The
+    step counter counts exchanged steps only.
     """
 
     def __init__(self, compression=None, *, min_compress_elements=DEFAULT_MIN_COMPRESS_ELEMENTS,
-                 bucket_bytes=DEFAULT_BUCKET_BYTES, global_seed=0, selection=None, warmup_steps=0):
+                 bucket_bytes=DEFAULT_BUCKET_BYTES, global_seed=0, selection=None, warmup_steps=0,
+                 check_finite=True):
         if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes must be a positive number of bytes, got {bucket_bytes!r}")
         if not isinstance(min_compress_elements, int) or min_compress_elements < 0:
             raise ValueError(f"min_compress_elements must be an integer >= 0, got {min_compress_elements!r}")
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+        if not isinstance(check_finite, bool):
+            raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
+        self.check_finite = check_finite
         self.compressor = resolve(compression)
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
         self.min_compress_elements = min_compress_elements
@@ -56,7 +69,7 @@ class Exchange:
         """Everything that must be the same on every worker."""
         return {"compressor": self.compressor.config(), "min_compress_elements": self.min_compress_elements,
                 "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed,
-                "warmup_steps": self.warmup_steps,
+                "warmup_steps": self.warmup_steps, "check_finite": self.check_finite,
                 "selection": self.selection.config() if self.selection else None}
 
     def plan(self, shape, dtype, num_workers):
@@ -112,8 +125,10 @@ class Exchange:
         return specs
 
     def payload_bytes(self, shapes_and_dtypes, num_workers):
-        """Bytes one worker sends into the collectives per step (after warm-up)."""
-        return sum(self.plan(s, d, num_workers).payload_bytes(s, d) for s, d in shapes_and_dtypes)
+        """Bytes one worker sends into the collectives per step (after warm-up),
+        the non-finite flag included."""
+        flag = FINITE_FLAG_BYTES if self.check_finite else 0
+        return flag + sum(self.plan(s, d, num_workers).payload_bytes(s, d) for s, d in shapes_and_dtypes)
 
     def reduce(self, grads, names, state, collectives, reduce_op="mean"):
         """The averaged (or, with reduce_op="sum", summed) gradients, in order."""
@@ -142,14 +157,28 @@ class Exchange:
             compressed = lambda: tf.switch_case(tf.cast(state.step % phases, tf.int32), branches)
         if self.warmup_steps:
             dense = [([i], name, self.dense) for i, name in enumerate(names)]
-            results = tf.cond(state.step < self.warmup_steps, run(dense), compressed)
+            exchanged = lambda: tf.cond(state.step < self.warmup_steps, run(dense), compressed)
         else:
-            results = compressed()
+            exchanged = compressed
+        if self.check_finite:
+            finite = all_workers_finite(grads, collectives)
+            if probe is not None:  # compression starts once the flag is known
+                finite = probe.gate(finite, probe.mark("exchange_begin", after=finite))
+            results = tf.cond(finite, exchanged, run(self._nonfinite_units(grads, names)))
+            advance = tf.cast(finite, tf.int64)
+        else:
+            results, advance = exchanged(), 1
         if probe is not None:
             results = probe.gate(results, probe.mark("exchange_end", after=results))
         with tf.control_dependencies(results):
-            state.step.assign_add(1)
+            state.step.assign_add(advance)
         return results
+
+    def _nonfinite_units(self, grads, names):
+        """A step with a non-finite gradient somewhere: NaN for every floating-point
+        gradient, computed locally (and the rare integer gradients averaged exactly)."""
+        return [([i], name, self.dense if not g.dtype.is_floating else _NAN_FILL)
+                for i, (g, name) in enumerate(zip(grads, names))]
 
     def _exchange(self, grads, names, units, state, collectives, reduce_op, phase):
         """Compresses, communicates and decompresses every unit by its plan."""
@@ -198,6 +227,29 @@ class Exchange:
             for (pos, j, _), out in zip(entries, fusion.run_collective(kind, tensors, collectives, cap)):
                 outputs[pos][j] = out
         return outputs
+
+
+def all_workers_finite(grads, collectives):
+    """True on every worker iff no worker's floating-point gradients hold a NaN or
+    Inf: one float32 flag per worker, summed by one allreduce."""
+    local = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g.dtype.is_floating]
+    if not local:
+        return tf.constant(True)
+    flag = 1.0 - tf.cast(tf.reduce_all(tf.stack(local)), tf.float32)
+    return tf.equal(collectives.allreduce([tf.reshape(flag, [1])])[0][0], 0.0)
+
+
+class _NaNFill(Compressor):
+    """What a non-finite step returns for a gradient: NaN, with no collective and no state."""
+
+    def payload_specs(self, shape, dtype):
+        return [[]]
+
+    def compress(self, grad, state, ctx):
+        return Round([], lambda _: tf.fill(tf.shape(grad), tf.constant(float("nan"), grad.dtype)))
+
+
+_NAN_FILL = _NaNFill()
 
 
 def _dense(grad, name):

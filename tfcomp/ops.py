@@ -19,8 +19,22 @@ Sign packing (signSGD, EF-signSGD):
     NaN or Inf, so a diverged gradient stays visible after unpacking;
   * the majority vote of K workers is sign(#positive - #negative) per element:
     +1, -1, or 0 on a tie (possible when K is even), as sign(sum of +-1) is.
+
+Malformed input (a wrong rank, shape, length or dtype, a negative count or one
+the words cannot hold, an index outside [0, n) other than -1, a seed that is not
+an int64 vector of 2) raises tf.errors.InvalidArgumentError from the kernel,
+ValueError from shape inference when the graph's static shapes show it, or
+TypeError here for a dtype an op does not take. Integer inputs are checked here
+rather than converted, since TensorFlow casts a NumPy array to an op's input
+dtype silently (int64 indices would wrap to int32). The GPU sparse_decode skips
+out-of-range indices instead of checking them (they stay in device memory).
+
+TensorFlow runs CPU kernels with subnormals flushed to zero (FTZ/DAZ): there the
+sparse ops and lowrank_residual compare and add a subnormal input as +-0; CUDA
+does not flush. Only sign_pack's sign bits read the bit pattern.
 """
 import functools
+import operator
 import os
 import pathlib
 import re
@@ -74,8 +88,35 @@ def _check_dtype(dtype, what):
         raise TypeError(f"{what} must be one of {names}, got {dtype.name}")
 
 
-def _count(n):
-    return tf.cast(tf.convert_to_tensor(n), tf.int64)
+# Integer inputs are converted without a target dtype and then checked: TensorFlow's
+# own conversion to an op's input dtype casts a NumPy array silently (int64 indices
+# wrap to int32, float words truncate), which would turn a wrong input into a wrong
+# answer instead of an error.
+def _integer_tensor(x, what, dtypes=None):
+    x = tf.convert_to_tensor(x)
+    if dtypes is None:
+        if not x.dtype.is_integer:
+            raise TypeError(f"{what} must be an integer tensor, got {x.dtype.name}")
+    elif x.dtype not in dtypes:
+        names = " or ".join(d.name for d in dtypes)
+        raise TypeError(f"{what} must be {names}, got {x.dtype.name}")
+    return x
+
+
+def _count(n, what="n"):
+    return tf.cast(_integer_tensor(n, what), tf.int64)
+
+
+def _seed(seed, what):
+    return tf.cast(_integer_tensor(seed, what), tf.int64)
+
+
+def _int_attr(value, what):
+    """A Python int from an int-like value (not a float, which would be truncated)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {value!r}") from None
 
 
 def sign_pack(x):
@@ -90,16 +131,18 @@ def sign_pack(x):
 
 def sign_unpack(words, scale, n):
     """The n signs in words as a vector of +scale (bit set) and -scale (clear), scale's dtype."""
+    words = _integer_tensor(words, "sign_unpack's words", (tf.uint32,))
     scale = tf.convert_to_tensor(scale)
     _check_dtype(scale.dtype, "sign_unpack's scale")
-    return library().tfcomp_sign_unpack(words, scale, _count(n))
+    return library().tfcomp_sign_unpack(words, scale, _count(n, "sign_unpack's n"))
 
 
 def sign_majority(words, n, dtype=tf.float32):
     """Majority vote over the rows of words[K, W]: a vector of n values in {-1, 0, +1}."""
     dtype = tf.as_dtype(dtype)
     _check_dtype(dtype, "sign_majority's dtype")
-    return library().tfcomp_sign_majority(words, _count(n), dtype=dtype)
+    words = _integer_tensor(words, "sign_majority's words", (tf.uint32,))
+    return library().tfcomp_sign_majority(words, _count(n, "sign_majority's n"), dtype=dtype)
 
 
 def index_dtype(num_elements):
@@ -117,11 +160,12 @@ def hash_select(g, threshold, seed, capacity):
     """
     g = tf.convert_to_tensor(g)
     _check_dtype(g.dtype, "hash_select's input")
+    capacity = _int_attr(capacity, "hash_select's capacity")
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0, got {capacity}")
     n = g.shape.num_elements()
     return library().tfcomp_hash_select(
-        g, tf.cast(threshold, g.dtype), tf.cast(seed, tf.int64), capacity=int(capacity),
+        g, tf.cast(threshold, g.dtype), _seed(seed, "hash_select's seed"), capacity=capacity,
         Tindex=tf.int64 if n is None else index_dtype(n))
 
 
@@ -131,17 +175,20 @@ def sampled_threshold(g, seed, num_samples, k):
     NaN counts as +Inf; 0 for an empty g. A scalar of g's dtype."""
     g = tf.convert_to_tensor(g)
     _check_dtype(g.dtype, "sampled_threshold's input")
+    num_samples = _int_attr(num_samples, "sampled_threshold's num_samples")
+    k = _int_attr(k, "sampled_threshold's k")
     if not 1 <= k <= num_samples:
         raise ValueError(f"need 1 <= k <= num_samples, got k={k}, num_samples={num_samples}")
-    return library().tfcomp_sampled_threshold(g, tf.cast(seed, tf.int64), num_samples=int(num_samples),
-                                              k=int(k))
+    return library().tfcomp_sampled_threshold(g, _seed(seed, "sampled_threshold's seed"),
+                                              num_samples=num_samples, k=k)
 
 
 def sparse_decode(values, indices, n):
     """zeros(n) plus values scatter-added at indices, in order; index -1 is skipped."""
     values = tf.convert_to_tensor(values)
     _check_dtype(values.dtype, "sparse_decode's values")
-    return library().tfcomp_sparse_decode(values, indices, _count(n))
+    indices = _integer_tensor(indices, "sparse_decode's indices", (tf.int32, tf.int64))
+    return library().tfcomp_sparse_decode(values, indices, _count(n, "sparse_decode's n"))
 
 
 def lowrank_residual(m, p, q):

@@ -21,7 +21,9 @@ import time
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
+from tfcomp import profile_cache
 from tfcomp.compressors.base import Collective
 
 PROFILE_SIZES = tuple(4**e for e in range(5, 12))  # 1 Ki to 4 Mi elements
@@ -126,16 +128,15 @@ class CompressionProfile:
         cache_dir = pathlib.Path(cache_dir or os.environ.get("TFCOMP_CACHE_DIR",
                                                              pathlib.Path.home() / ".cache" / "tfcomp"))
         path = cache_dir / "profiles" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-        if path.exists():
-            data = json.loads(path.read_text())
-            return cls(data["sizes"], data["seconds"])
+        seconds = profile_cache.load(path, key, PROFILE_SIZES)
+        if seconds is not None:
+            return cls(PROFILE_SIZES, seconds)
         profile = cls.measure(compressor)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Workers on one host measure at once: each writes a file of its own and renames
-        # it into place, so that none reads another's half-written file.
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(json.dumps({"key": key, "sizes": profile.sizes, "seconds": profile.seconds}))
-        os.replace(partial, path)
+        try:
+            profile_cache.store(path, key, profile.sizes, profile.seconds)
+        except OSError as err:  # a cache that cannot be written costs a measurement per process, no more
+            logging.warning("tfcomp: cannot write the compression profile %s (%s); it is measured again "
+                            "by the next process", path, err)
         return profile
 
 

@@ -226,8 +226,11 @@ inline void LoadOpLibraryOrExit(int argc, char** argv) {
   if (path.find('/') == std::string::npos) path = "./" + path;  // dlopen would search the lib path
 
   TF_Status* s = TF_NewStatus();
-  TF_LoadLibrary(path.c_str(), s);  // the handle stays loaded for the process
+  TF_Library* library = TF_LoadLibrary(path.c_str(), s);
   Require(TakeStatus(s), ("TF_LoadLibrary(" + path + ")").c_str());
+  // Frees the handle (the op list TF_LoadLibrary returns); the library itself
+  // stays loaded, and its ops registered, for the rest of the process.
+  TF_DeleteLibraryHandle(library);
 }
 
 }  // namespace testing

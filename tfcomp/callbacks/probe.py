@@ -229,5 +229,4 @@ class TimedCollectives:
                                     bytes=sum(sizes), buffer_bytes=sizes, workers=self.num_workers)
         self._calls += 1
         outputs = run(self._recorder.gate(list(buffers), stamp))
-        self._recorder.mark("collective_end", after=outputs)
-        return outputs
+        return self._recorder.gate(outputs, self._recorder.mark("collective_end", after=outputs))

@@ -48,6 +48,7 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
                 f"worker per device (for example CUDA_VISIBLE_DEVICES per process).")
         self.exchange = exchange
         self._rank = rank
+        self.peer_watch = None  # a tfcomp.peers.PeerWatch, told which step runs
 
     def state_for(self, optimizer, specs):
         """The optimizer's CompressionState, built and attached to it on first use.
@@ -76,9 +77,12 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
         collectives = LauncherCollectives(self._launchers[replica_id], self._options.merge(options),
                                           self._group_size)
         mean = reduce_op == reduce_util.ReduceOp.MEAN
+        state = self.state_for(call.optimizer, specs)
         with ops.device(self._devices[replica_id]):
-            reduced = self.exchange.reduce(flat, names, self.state_for(call.optimizer, specs), collectives,
-                                           "mean" if mean else "sum")
+            if self.peer_watch is not None:
+                with ops.control_dependencies([self.peer_watch.mark_step(state.step, self._devices[replica_id])]):
+                    flat = [array_ops.identity(g) for g in flat]
+            reduced = self.exchange.reduce(flat, names, state, collectives, "mean" if mean else "sum")
         return nest.pack_sequence_as(value, reduced)
 
     def _all_reduce(self, reduce_op, value, replica_id, options):

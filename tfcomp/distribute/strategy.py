@@ -2,10 +2,14 @@
 compressed gradient aggregation. Swap it in for tf.distribute's and keep the
 rest of the program (TF_CONFIG, strategy.scope(), model.fit or strategy.run).
 """
+import os
+
 import tensorflow as tf
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
+from tensorflow.python.eager import context
+from tensorflow.python.framework import errors
 
-from tfcomp import agreement
+from tfcomp import agreement, peers
 from tfcomp.distribute import gradient_calls
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
 from tfcomp.exchange import Exchange
@@ -21,13 +25,18 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         length of the timeout (tsl's PosixEnv::SchedClosureAfter), so a long
         timeout on fast steps piles up threads until thread creation fails
         (benchmarks/long_run.py: 8 threads a step on the main job).
+    watch_peers: keep a connection to every other worker (tfcomp.peers), so
+        that a worker killed mid-step fails the step on every other worker at
+        once, with an error (and a log line before it) that names it and the
+        step. Where a collective failed on the dead worker's connection a
+        moment before, the error is that collective's, after the log line.
     exchange_options: min_compress_elements, bucket_bytes, global_seed,
         selection, warmup_steps (see tfcomp.exchange.Exchange). Where tensor
         selection is on, the workers measure (or load) the compressor's
         compression times at construction and share their average.
     """
 
-    def __init__(self, compression=None, cluster_resolver=None, communication_options=None,
+    def __init__(self, compression=None, cluster_resolver=None, communication_options=None, watch_peers=True,
                  **exchange_options):
         gradient_calls.check_supported()
         exchange = Exchange(compression, **exchange_options)
@@ -45,6 +54,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         self.exchange = exchange
         self._check_workers_agree()
         self._share_compression_profile()
+        self.peer_watch = self._watch_peers() if watch_peers else None
+        extended._cross_device_ops.peer_watch = self.peer_watch
 
     @property
     def compressor(self):
@@ -57,14 +68,31 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def _check_workers_agree(self):
         """Every worker must run the same exchange, or payloads would not line up."""
-        def gather(value):
-            @tf.function
-            def run():
-                ctx = tf.distribute.get_replica_context()
-                return ctx.all_gather(tf.constant([value], tf.int64), axis=0)
-            return self.experimental_local_results(self.run(run))[0].numpy().tolist()
+        agreement.check_workers_agree(self.exchange, lambda value: [row[0] for row in self._gather_ints([value])],
+                                      self.cluster_resolver.task_id)
 
-        agreement.check_workers_agree(self.exchange, gather, self.cluster_resolver.task_id)
+    def _gather_ints(self, values):
+        """Every worker's list of ints (as long as this worker's), in group-rank order."""
+        @tf.function
+        def run():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_gather(tf.constant([values], tf.int64), axis=0)
+        return self.experimental_local_results(self.run(run))[0].numpy().tolist()
+
+    def _watch_peers(self):
+        resolver = self.cluster_resolver
+        addresses = cluster_addresses(resolver)
+        if len(addresses) < 2:
+            return None  # no other worker to watch
+        jobs = sorted({job for job, _ in addresses})
+        listener, port = peers.listen()
+        gathered = self._gather_ints([jobs.index(resolver.task_type), resolver.task_id, port, os.getpid()])
+        tasks = [(jobs[job], index) for job, index, _, _ in gathered]
+        workers = [peers.Peer(rank, f"{job} {index}", addresses[(job, index)], pid)
+                   for rank, ((job, index), (_, _, _, pid)) in enumerate(zip(tasks, gathered))]
+        return peers.PeerWatch(tasks.index((resolver.task_type, resolver.task_id)), workers, listener,
+                               [addresses[t].rsplit(":", 1)[0] for t in tasks], [g[2] for g in gathered],
+                               on_loss=_abort_collectives)
 
     def _share_compression_profile(self):
         def average(seconds):
@@ -75,4 +103,20 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             return self.experimental_local_results(self.run(run))[0].numpy().tolist()
 
         agreement.share_compression_profile(self.exchange, average)
+
+
+def cluster_addresses(cluster_resolver):
+    """{(job, task index): host:port} of the tasks that train (chief and workers)."""
+    spec = cluster_resolver.cluster_spec().as_dict()
+    addresses = {}
+    for job in ("chief", "worker"):
+        tasks = spec.get(job, [])
+        for index, address in (tasks.items() if isinstance(tasks, dict) else enumerate(tasks)):
+            addresses[(job, index)] = address
+    return addresses
+
+
+def _abort_collectives(loss):
+    """Fails the running step (and any later collective) with the loss's message."""
+    context.context().abort_collective_ops(errors.UNAVAILABLE, loss.message)
 

@@ -4,12 +4,15 @@ The optimizer wrapper and the gradient tape both hand their gradients to a
 HorovodEngine, which holds the Exchange and finds the compressor state on the
 object that owns it (the Keras optimizer), so checkpoints carry it.
 """
+import os
+import socket
+
 import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor as HorovodCompressor
 from horovod.tensorflow.compression import FP16Compressor, NoneCompressor
 
-from tfcomp import agreement
+from tfcomp import agreement, peers
 from tfcomp import state as state_lib
 from tfcomp.compressors.cast import FP16, NoCompression
 from tfcomp.exchange import Exchange
@@ -66,9 +69,13 @@ def check_horovod_arguments(op, gradient_predivide_factor, groups, process_set):
 class HorovodEngine:
     """Averages (op=hvd.Average) or sums (hvd.Sum) gradients over all Horovod
     ranks through tfcomp's Exchange. Construct it on every rank (it compares
-    the ranks' exchanges, so a rank that disagrees fails here, not in a step)."""
+    the ranks' exchanges, so a rank that disagrees fails here, not in a step).
 
-    def __init__(self, compression=None, op=hvd.Average, device="", **exchange_options):
+    watch_peers: keep a connection to every other rank (tfcomp.peers), so that
+    a rank killed mid-step is named, with the step, on every other rank.
+    """
+
+    def __init__(self, compression=None, op=hvd.Average, device="", watch_peers=True, **exchange_options):
         self.exchange = Exchange(tfcomp_compression(compression), **exchange_options)
         if not hvd.is_initialized():
             raise RuntimeError("call hvd.init() before creating tfcomp's Horovod optimizer or tape")
@@ -79,10 +86,23 @@ class HorovodEngine:
         with tf.init_scope():  # runs eagerly, also when first built inside a traced step
             agreement.check_workers_agree(self.exchange, self._gather_ints, hvd.rank(), worker_word="rank")
             agreement.share_compression_profile(self.exchange, self._average_floats)
+            self.peer_watch = self._watch_peers() if watch_peers and hvd.size() > 1 else None
+
+    @staticmethod
+    def _watch_peers():
+        listener, port = peers.listen()
+        host = peers.ipv4_as_int(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
+        gathered = hvd.allgather(tf.constant([[host, port, os.getpid()]], tf.int64), name="tfcomp.peers")
+        gathered = gathered.numpy().tolist()
+        hosts = [peers.int_as_ipv4(h) for h, _, _ in gathered]
+        ranks = [peers.Peer(r, f"rank {r}", hosts[r], pid) for r, (_, _, pid) in enumerate(gathered)]
+        # Horovod's own collectives fail when a rank's connections drop; the watch names it.
+        return peers.PeerWatch(hvd.rank(), ranks, listener, hosts, [p for _, p, _ in gathered])
 
     @classmethod
     def describe(cls, compression, op, device, exchange_options):
         """What an engine made with these arguments does, comparable with .description."""
+        exchange_options = {k: v for k, v in exchange_options.items() if k != "watch_peers"}
         return cls._describe(Exchange(tfcomp_compression(compression), **exchange_options), op, device)
 
     @staticmethod
@@ -115,6 +135,9 @@ class HorovodEngine:
                                    device=self.device or None, num_workers=hvd.size(), rank=hvd.rank(),
                                    own_rows=True)
         with tf.device(self.device):
+            if self.peer_watch is not None:
+                with tf.control_dependencies([self.peer_watch.mark_step(state.step, self.device or None)]):
+                    flat = [tf.identity(g) for g in flat]
             reduced = self.exchange.reduce(flat, names, state, self.collectives, self.reduce_op)
         out = list(grads)
         for i, r in zip(present, reduced):

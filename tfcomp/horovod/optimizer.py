@@ -1,6 +1,9 @@
 """tfcomp.horovod.DistributedOptimizer: Horovod's Keras optimizer wrapper with
 tfcomp's compressors."""
+import sys
+
 import horovod.tensorflow as hvd
+import tensorflow as tf
 from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 
 from tfcomp.horovod.engine import ENGINE_ATTRIBUTE, HorovodEngine, LocalVariables, check_horovod_arguments
@@ -19,7 +22,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Compression.none / Compression.fp16. IndexedSlices gradients are sent
     dense whatever sparse_as_dense says; device_sparse is unused for that
     reason. exchange_options (min_compress_elements, bucket_bytes,
-    global_seed, selection, warmup_steps) are tfcomp.exchange.Exchange's.
+    global_seed, selection, warmup_steps) are tfcomp.exchange.Exchange's;
+    watch_peers=False turns off the report of a lost rank (tfcomp.peers).
     gradient_predivide_factor, groups and other process sets are refused.
 
     Call it on every rank after hvd.init(): it checks that all ranks run the
@@ -34,8 +38,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
 
     class _DistributedOptimizer:
-        def __init__(self, **kwargs):
-            super(self.__class__, self).__init__(**kwargs)  # pylint: disable=bad-super-call
+        def __init__(self, *args, **kwargs):
+            # LossScaleOptimizer's from_config passes its inner optimizer positionally.
+            super(self.__class__, self).__init__(*args, **kwargs)  # pylint: disable=bad-super-call
             object.__setattr__(self, ENGINE_ATTRIBUTE, engine)  # not a checkpoint dependency
             self._tfcomp_local = LocalVariables(scale_local_gradients)
             self._tfcomp_aggregation = None
@@ -53,10 +58,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
         def _tfcomp_distribute(self, grads_and_vars):
             grads, variables = zip(*grads_and_vars)
+            scale = loss_scale_around(self)
+            if scale is not None:  # exchange (and keep residuals of) unscaled gradients
+                grads = [None if g is None else tf.convert_to_tensor(g) / tf.cast(scale, g.dtype) for g in grads]
             if self._tfcomp_aggregation is not None:
                 reduced = self._tfcomp_aggregation.compute_gradients(tuple(grads), tuple(variables))
             else:
                 reduced = self._tfcomp_reduce(grads, variables)
+            if scale is not None:
+                reduced = [None if g is None else g * tf.cast(scale, g.dtype) for g in reduced]
             return list(zip(reduced, variables))
 
         def compute_gradients(self, loss, var_list, tape=None):
@@ -95,3 +105,21 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     # The class keeps the wrapped optimizer's name, so that a saved model loads without tfcomp.
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     return cls.from_config(optimizer.get_config())
+
+
+def loss_scale_around(optimizer):
+    """The loss scale of a Keras LossScaleOptimizer that wraps optimizer and is
+    computing its gradients (Keras wraps the compiled optimizer under
+    mixed_float16), or None. Its gradients arrive scaled: the exchange divides
+    the scale out (a power of two, so exactly) and multiplies it back, so that
+    error-feedback residuals do not change meaning when the scale changes."""
+    from keras.src.mixed_precision.loss_scale_optimizer import BaseLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    for _ in range(6):  # the wrapper's compute_gradients, then its caller
+        frame = frame.f_back
+        if frame is None:
+            return None
+        caller = frame.f_locals.get("self")
+        if isinstance(caller, BaseLossScaleOptimizer) and caller.inner_optimizer is optimizer:
+            return caller.loss_scale
+    return None

@@ -19,6 +19,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
         `tfcomp_state`, and checkpoints of it carry them. The exchange is made
         by the first tape of an optimizer; later tapes must ask for the same
         compression.
+    exchange_options: as tfcomp.horovod.DistributedOptimizer's (watch_peers
+        and the Exchange's options).
     """
     del sparse_as_dense, device_sparse  # every gradient is exchanged dense
     check_horovod_arguments(op, gradient_predivide_factor, groups or num_groups, process_set)

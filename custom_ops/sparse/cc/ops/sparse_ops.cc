@@ -11,6 +11,22 @@ using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
+namespace {
+
+// The seed input: an int64 vector of 2 elements (a known wrong shape fails here,
+// when the graph is built; the kernels check the shape they are given).
+Status WithSeed(InferenceContext* c, int input) {
+  ShapeHandle seed;
+  DimensionHandle unused;
+  Status s = c->WithRank(c->input(input), 1, &seed);
+  if (s.ok()) s = c->WithValue(c->Dim(seed, 0), 2, &unused);
+  if (s.ok()) return s;
+  return ::tensorflow::errors::InvalidArgument("seed must be an int64 vector of 2 elements: ",
+                                               s.message());
+}
+
+}  // namespace
+
 REGISTER_OP("TfcompHashSelect")
     .Input("g: T")
     .Input("threshold: T")
@@ -23,7 +39,7 @@ REGISTER_OP("TfcompHashSelect")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &unused));
+      TF_RETURN_IF_ERROR(WithSeed(c, 2));
       int64_t capacity;
       TF_RETURN_IF_ERROR(c->GetAttr("capacity", &capacity));
       c->set_output(0, c->Vector(capacity));
@@ -45,8 +61,7 @@ REGISTER_OP("TfcompSampledThreshold")
     .Attr("k: int >= 1")
     .Attr("T: {half, bfloat16, float, double}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(WithSeed(c, 1));
       c->set_output(0, c->Scalar());
       return Status();
     })
@@ -67,7 +82,11 @@ REGISTER_OP("TfcompSparseDecode")
       ShapeHandle values, indices, unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &values));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &indices));
-      TF_RETURN_IF_ERROR(c->Merge(values, indices, &unused));
+      const Status same_length = c->Merge(values, indices, &unused);
+      if (!same_length.ok()) {
+        return ::tensorflow::errors::InvalidArgument(
+            "values and indices must be vectors of one length: ", same_length.message());
+      }
       TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 0, &unused));
       DimensionHandle n;
       TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(2, &n));
