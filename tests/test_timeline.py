@@ -78,8 +78,12 @@ def check_steps(doc, rows):
         sums = collections.Counter()
         for e in events:
             sums[e["args"]["phase"]] += e["dur"] / 1e3
-        assert {p: round(v, 3) for p, v in sums.items()} == \
-            {p: round(v, 3) for (s, p), v in csv_sums.items() if s == step}
+        # Both files round each event, so a phase summed from several events may differ by
+        # a microsecond or two between them.
+        csv_step = {p: v for (s, p), v in csv_sums.items() if s == step}
+        assert set(sums) == set(csv_step)
+        for phase, ms in sums.items():
+            assert ms == pytest.approx(csv_step[phase], abs=0.002), (step, phase)
     return steps
 
 
