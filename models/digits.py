@@ -28,3 +28,18 @@ def build(hidden=512, seed=1):
         tf.keras.layers.Dense(hidden, activation="relu"),
         tf.keras.layers.Dense(NUM_CLASSES),
     ])
+
+
+def build_cnn(seed=1):
+    """A small CNN on the 8x8 images: two 3x3 convolutions, max-pooling, two dense layers."""
+    tf.keras.utils.set_random_seed(seed)
+    return tf.keras.Sequential([
+        tf.keras.Input((64,)),
+        tf.keras.layers.Reshape((8, 8, 1)),
+        tf.keras.layers.Conv2D(32, 3, activation="relu"),
+        tf.keras.layers.Conv2D(64, 3, activation="relu"),
+        tf.keras.layers.MaxPooling2D(),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(128, activation="relu"),
+        tf.keras.layers.Dense(NUM_CLASSES),
+    ])

@@ -27,9 +27,11 @@ flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or a GradientTape
 flags.DEFINE_enum("optimizer", "sgd", ["sgd", "legacy_sgd", "lamb", "adamw"], "The wrapped optimizer.")
 flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "Learning rate.")
+flags.DEFINE_float("momentum", 0.0, "SGD momentum (sgd and legacy_sgd).")
 flags.DEFINE_float("ratio", None, "The sparsifiers' ratio.")
 flags.DEFINE_integer("rank", None, "The low-rank compressors' rank.")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
+flags.DEFINE_integer("warmup_steps", 0, "Dense warm-up steps (exchange option).")
 flags.DEFINE_integer("backward_passes_per_step", 1, "Local gradient accumulation.")
 flags.DEFINE_bool("horovod_callbacks", False, "Broadcast, metric average and learning-rate warm-up callbacks.")
 flags.DEFINE_string("backup_dir", None, "BackupAndRestore into <dir>/rank<r>.")
@@ -42,9 +44,9 @@ flags.DEFINE_string("trace_dir", None, "Record a tfcomp.callbacks.Timeline of st
 
 def make_optimizer():
     if FLAGS.optimizer == "sgd":
-        return tf.keras.optimizers.SGD(FLAGS.lr)
+        return tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum)
     if FLAGS.optimizer == "legacy_sgd":
-        return tf.keras.optimizers.legacy.SGD(FLAGS.lr)
+        return tf.keras.optimizers.legacy.SGD(FLAGS.lr, momentum=FLAGS.momentum)
     import tensorflow_addons as tfa  # pylint: disable=import-outside-toplevel
     if FLAGS.optimizer == "lamb":
         return tfa.optimizers.LAMB(FLAGS.lr)
@@ -64,7 +66,8 @@ def compression():
 
 
 def exchange_options():
-    return {"min_compress_elements": FLAGS.min_compress_elements, "selection": False}
+    return {"min_compress_elements": FLAGS.min_compress_elements, "selection": False,
+            "warmup_steps": FLAGS.warmup_steps}
 
 
 def wrap(optimizer):

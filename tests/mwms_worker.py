@@ -21,6 +21,7 @@ flags.DEFINE_string("compression", "NoCompression", "tfcomp compressor class nam
 flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run + apply_gradients.")
 flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
+flags.DEFINE_float("momentum", 0.0, "SGD momentum.")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_float("ratio", None, "The sparsifiers' ratio (default: the class default).")
 flags.DEFINE_integer("rank", None, "The low-rank compressors' rank (default: the class default).")
@@ -75,7 +76,7 @@ def train_fit(strategy, x, y):
     """model.fit; returns the model, its per-epoch losses and nothing extra."""
     with strategy.scope():
         model = build_model()
-        model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr),
+        model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum),
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         if FLAGS.load_weights:
             model.load_weights(FLAGS.load_weights)
@@ -99,7 +100,7 @@ def train_fit(strategy, x, y):
 def train_custom(strategy, x, y):
     with strategy.scope():
         model = build_model()
-        optimizer = tf.keras.optimizers.SGD(FLAGS.lr)
+        optimizer = tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum)
     ds = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat())
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")

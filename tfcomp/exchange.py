@@ -10,7 +10,7 @@ An engine supplies the collectives: an object with `num_workers`,
 import tensorflow as tf
 from absl import logging
 
-from tfcomp import fusion
+from tfcomp import fusion, optimizers
 from tfcomp.callbacks import probe as timeline_probe
 from tfcomp.compressors.base import Compressor, Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
@@ -54,7 +54,9 @@ class Exchange:
         if not isinstance(check_finite, bool):
             raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
         self.check_finite = check_finite
-        self.compressor = resolve(compression)
+        self.configured = resolve(compression)  # as the user made it (momentum="auto" unresolved)
+        self.compressor = self.configured
+        self._bound = None
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
         self.min_compress_elements = min_compress_elements
         self.bucket_bytes = bucket_bytes
@@ -67,10 +69,21 @@ class Exchange:
 
     def config(self):
         """Everything that must be the same on every worker."""
-        return {"compressor": self.compressor.config(), "min_compress_elements": self.min_compress_elements,
+        return {"compressor": self.configured.config(), "min_compress_elements": self.min_compress_elements,
                 "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed,
                 "warmup_steps": self.warmup_steps, "check_finite": self.check_finite,
                 "selection": self.selection.config() if self.selection else None}
+
+    def bind_optimizer(self, optimizer):
+        """Resolves the compressor's momentum="auto" against the optimizer that applies
+        the exchanged gradients; engines call it before state_specs. One optimizer per
+        exchange: its momentum decides the compressor state."""
+        resolved = optimizers.resolve(self.configured, optimizer)
+        if self._bound is not None and self._bound.config() != resolved.config():
+            raise ValueError(f"this exchange already runs {self._bound!r} for another optimizer; "
+                             f"{optimizer!r} would need {resolved!r}. Use one strategy or "
+                             "DistributedOptimizer per optimizer.")
+        self._bound = self.compressor = resolved
 
     def plan(self, shape, dtype, num_workers):
         """The compressor for a tensor of this shape and dtype among num_workers."""

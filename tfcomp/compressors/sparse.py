@@ -16,7 +16,7 @@ import math
 import tensorflow as tf
 
 from tfcomp import ops
-from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+from tfcomp.compressors.base import AUTO, Collective, Compressor, Payload, PayloadSpec, Round, WorkerMomentum
 
 DEFAULT_RATIO = 0.001
 
@@ -57,29 +57,24 @@ def adapt_threshold(values, threshold, k, rounds):
     return threshold
 
 
-class Sparsifier(Compressor):
+class Sparsifier(WorkerMomentum, Compressor):
     """Common part: ratio, error feedback, momentum correction, allgather decode."""
 
     efficiency_aware = True
 
-    def __init__(self, ratio=DEFAULT_RATIO, momentum=None):
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO):
         if not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
             raise ValueError(f"{type(self).__name__}: ratio is the fraction of elements kept and must "
                              f"be in (0, 1], got {ratio!r}")
-        if momentum is not None and not 0 <= momentum < 1:
-            raise ValueError(f"{type(self).__name__}: momentum must be in [0, 1) or None, got {momentum!r}")
         self.ratio = float(ratio)
-        self.momentum = momentum
+        self._init_momentum(momentum)
 
     def capacity(self, shape):
         n = tf.TensorShape(shape).num_elements()
         return max(1, math.ceil(self.ratio * n))
 
     def state_specs(self, shape, dtype):
-        specs = {"residual": (tuple(shape), tf.as_dtype(dtype))}
-        if self.momentum is not None:
-            specs["velocity"] = (tuple(shape), tf.as_dtype(dtype))
-        return specs
+        return {"residual": (tuple(shape), tf.as_dtype(dtype)), **self.momentum_state_specs(shape, dtype)}
 
     def payload_specs(self, shape, dtype):
         m = self.capacity(shape)
@@ -93,12 +88,7 @@ class Sparsifier(Compressor):
 
     def _accumulate(self, grad, state):
         """The vector to select from (flat), after error feedback and momentum."""
-        residual = state["residual"]
-        if self.momentum is None:
-            return tf.reshape(grad + residual, [-1])
-        velocity = state["velocity"]
-        velocity.assign(self.momentum * velocity + grad)
-        return tf.reshape(residual + velocity, [-1])
+        return tf.reshape(self.corrected(grad, state), [-1])
 
     def compress(self, grad, state, ctx):
         n = grad.shape.num_elements()
@@ -106,7 +96,7 @@ class Sparsifier(Compressor):
         values, indices = self.select(flat, ctx)
         sent = ops.sparse_decode(values, indices, n)
         state["residual"].assign(tf.reshape(flat - sent, grad.shape))
-        if self.momentum is not None:
+        if self.worker_momentum is not None:
             was_sent = ops.sparse_decode(tf.ones_like(values), indices, n) > 0
             state["velocity"].assign(tf.reshape(
                 tf.where(was_sent, tf.zeros_like(flat), tf.reshape(state["velocity"], [-1])), grad.shape))
@@ -114,7 +104,7 @@ class Sparsifier(Compressor):
         def finish(gathered):
             all_values, all_indices = gathered
             summed = ops.sparse_decode(tf.reshape(all_values, [-1]), tf.reshape(all_indices, [-1]), n)
-            return tf.reshape(ctx.from_sum(summed), grad.shape)
+            return self.hand_off(tf.reshape(ctx.from_sum(summed), grad.shape), state)
         return Round([Payload(values, Collective.ALLGATHER), Payload(indices, Collective.ALLGATHER)], finish)
 
 
@@ -131,7 +121,7 @@ class ThresholdSparsifier(Sparsifier):
     """A threshold from a sample of the tensor (DGC's estimate), optionally
     adapted toward k = ceil(ratio * n) by adapt_rounds counting passes."""
 
-    def __init__(self, ratio=DEFAULT_RATIO, momentum=None, sample_fraction=0.01, min_samples=512,
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, sample_fraction=0.01, min_samples=512,
                  adapt_rounds=0):
         super().__init__(ratio, momentum)
         if not isinstance(adapt_rounds, int) or adapt_rounds < 0:
@@ -196,7 +186,7 @@ class RandomK(Sparsifier):
         values = tf.gather_nd(flat, positions)
         zeros = tf.zeros_like(values)
         state["residual"].assign(tf.reshape(tf.tensor_scatter_nd_update(flat, positions, zeros), grad.shape))
-        if self.momentum is not None:
+        if self.worker_momentum is not None:
             velocity = tf.reshape(state["velocity"], [-1])
             state["velocity"].assign(tf.reshape(tf.tensor_scatter_nd_update(velocity, positions, zeros),
                                                 grad.shape))
@@ -204,5 +194,5 @@ class RandomK(Sparsifier):
         def finish(summed):
             # Repeated positions carry the same summed value, so writing twice is harmless.
             dense = tf.tensor_scatter_nd_update(tf.zeros([n], grad.dtype), positions, summed[0])
-            return tf.reshape(ctx.from_sum(dense), grad.shape)
+            return self.hand_off(tf.reshape(ctx.from_sum(dense), grad.shape), state)
         return Round([Payload(values, Collective.ALLREDUCE)], finish)

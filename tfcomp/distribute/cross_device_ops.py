@@ -73,6 +73,7 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
             raise RuntimeError(f"tfcomp: {len(flat)} gradients reached the all-reduce for "
                                f"{len(call.variables)} variables; cannot match them up")
         names = [v.name for v in call.variables]
+        self.exchange.bind_optimizer(call.optimizer)
         specs = self.exchange.state_specs([(g.shape, g.dtype) for g in flat], names, self._group_size)
         collectives = LauncherCollectives(self._launchers[replica_id], self._options.merge(options),
                                           self._group_size)

@@ -130,6 +130,7 @@ class HorovodEngine:
         flat = [grads[i] for i in present]
         names = [variables[i].name for i in present]
         shapes = [(g.shape, g.dtype) for g in flat]
+        self.exchange.bind_optimizer(owner)
         # Each rank saves its own rows: Horovod programs checkpoint on rank 0 alone.
         state = state_lib.state_of(owner, self.exchange.state_specs(shapes, names, hvd.size()),
                                    device=self.device or None, num_workers=hvd.size(), rank=hvd.rank(),

@@ -3,9 +3,16 @@ same Exchange as a real engine, with collectives that meet at a barrier.
 
 Every worker computes a collective's result from all workers' inputs in rank
 order, so results are bitwise identical across workers, as with a real ring.
+
+Two ways to run: `step` runs the exchange eagerly (simple, about 100 ms a step
+for a small MLP); `run` calls per-worker tf.functions built around
+`collectives(rank)`, whose collectives meet at the barrier when the function
+runs (inside numpy_function), so a whole training step is one graph per worker
+(several times faster; what benchmarks.convergence uses).
 """
 import threading
 
+import numpy as np
 import tensorflow as tf
 
 from tfcomp.exchange import Exchange
@@ -23,17 +30,23 @@ class _Meeting:
         self.log = []  # (collective, bytes of one buffer sent by one worker), per buffer
 
     def swap(self, rank, kind, buffers):
-        for b in buffers:  # the real engines' collectives move these dtypes only
-            if b.dtype not in WIRE_DTYPES:
-                raise TypeError(f"{kind} of a {b.dtype.name} buffer: TensorFlow's collectives take "
-                                f"{', '.join(d.name for d in WIRE_DTYPES)}")
+        """Every worker's buffers (tensors, or arrays inside a running graph), in rank order."""
         self.slots[rank] = buffers
         self.barrier.wait()
         everyone = list(self.slots)
         if rank == 0:
-            self.log.extend((kind, b.shape.num_elements() * b.dtype.size) for b in buffers)
+            self.log.extend((kind, int(np.prod(b.shape)) * tf.as_dtype(b.dtype).size) for b in buffers)
         self.barrier.wait()  # nobody overwrites a slot before all have read them
         return everyone
+
+
+def _on_the_wire(kind, buffers):
+    """buffers, if the real engines' collectives can move their dtypes."""
+    for b in buffers:
+        if b.dtype not in WIRE_DTYPES:
+            raise TypeError(f"{kind} of a {b.dtype.name} buffer: TensorFlow's collectives take "
+                            f"{', '.join(d.name for d in WIRE_DTYPES)}")
+    return buffers
 
 
 class _WorkerCollectives:
@@ -43,12 +56,46 @@ class _WorkerCollectives:
         self.num_workers = meeting.num_workers
 
     def allreduce(self, buffers):
-        everyone = self.meeting.swap(self.rank, "allreduce", buffers)
+        everyone = self.meeting.swap(self.rank, "allreduce", _on_the_wire("allreduce", buffers))
         return [tf.add_n([worker[i] for worker in everyone]) for i in range(len(buffers))]
 
     def allgather(self, buffers):
-        everyone = self.meeting.swap(self.rank, "allgather", buffers)
+        everyone = self.meeting.swap(self.rank, "allgather", _on_the_wire("allgather", buffers))
         return [tf.concat([worker[i] for worker in everyone], 0) for i in range(len(buffers))]
+
+
+class _RuntimeCollectives(_WorkerCollectives):
+    """The same collectives as graph ops: each meets the other workers when the
+    graph runs, so a tf.function traced once serves every step."""
+
+    def _meet(self, kind, buffers, combine):
+        _on_the_wire(kind, buffers)
+
+        def swap(*arrays):
+            everyone = self.meeting.swap(self.rank, kind, arrays)
+            return [combine([worker[i] for worker in everyone]) for i in range(len(arrays))]
+
+        return tf.numpy_function(swap, list(buffers), [b.dtype for b in buffers], stateful=True,
+                                 name=f"emulated_{kind}")
+
+    def allreduce(self, buffers):
+        outputs = self._meet("allreduce", buffers, _sum_in_rank_order)
+        for out, b in zip(outputs, buffers):
+            out.set_shape(b.shape)
+        return outputs
+
+    def allgather(self, buffers):
+        outputs = self._meet("allgather", buffers, np.concatenate)
+        for out, b in zip(outputs, buffers):
+            out.set_shape([b.shape[0] * self.num_workers] + b.shape[1:].as_list())
+        return outputs
+
+
+def _sum_in_rank_order(arrays):
+    total = arrays[0].copy()
+    for a in arrays[1:]:
+        total += a
+    return total
 
 
 class Emulator:
@@ -71,18 +118,29 @@ class Emulator:
         """[(collective, bytes one worker sent)] for every fused buffer so far."""
         return list(self.meeting.log)
 
+    def collectives(self, rank):
+        """Worker rank's collectives as graph ops, for tf.functions that `run` calls."""
+        return _RuntimeCollectives(rank, self.meeting)
+
+    def run(self, functions, args_per_worker):
+        """Calls functions[rank](*args_per_worker[rank]) for every rank at once, one
+        thread each (their collectives meet while they run); returns their results."""
+        return self._on_every_worker(lambda rank: functions[rank](*args_per_worker[rank]))
+
     def step(self, grads_per_worker, names, reduce_op="mean"):
         """Runs one exchange on every worker; returns each worker's reduced gradients."""
         if len(grads_per_worker) != self.num_workers:
             raise ValueError(f"expected gradients of {self.num_workers} workers, got {len(grads_per_worker)}")
+        return self._on_every_worker(lambda rank: self.exchange.reduce(
+            grads_per_worker[rank], names, self.states[rank], _WorkerCollectives(rank, self.meeting), reduce_op))
+
+    def _on_every_worker(self, work):
         results = [None] * self.num_workers
         errors = []
 
         def run(rank):
             try:
-                results[rank] = self.exchange.reduce(
-                    grads_per_worker[rank], names, self.states[rank],
-                    _WorkerCollectives(rank, self.meeting), reduce_op)
+                results[rank] = work(rank)
             except BaseException as err:  # surfaced below; the barrier releases the others
                 errors.append(err)
                 self.meeting.barrier.abort()

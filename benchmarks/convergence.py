@@ -1,0 +1,202 @@
+"""Convergence of every compressor against dense training, on the in-process emulator.
+
+    python -m benchmarks.convergence                  # everything (about 25 minutes on 2 cores)
+    python -m benchmarks.convergence --tasks=mlp --optimizers=sgd_momentum --settings=recommended
+
+For each task x optimizer (SGD with momentum 0.9, Adam; the learning rate
+cosine-decayed to 0) x compressor at its recommended and its aggressive
+settings: the held-out accuracy over steps, the steps to the task's target
+accuracy, and the final accuracy, against dense training of the same model,
+data, optimizer and epochs. Convergence does not depend on the network, so K
+workers run in one process (tfcomp.testing.emulated_training). Writes
+convergence.{md,json} and one PNG per task x optimizer under --out.
+
+Verdict "like dense": final accuracy within --tolerance of dense and steps to
+the target at most --max_step_ratio x dense's.
+"""
+import json
+import pathlib
+import time
+
+from absl import app, flags
+
+import tfcomp
+from benchmarks import harness
+from benchmarks.convergence_tasks import OPTIMIZERS, TASKS, optimizer
+from tfcomp.testing.emulated_training import train
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
+flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
+flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "aggressive"],
+                  "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
+                  "momentum=None, under SGD), aggressive.")
+flags.DEFINE_list("compressors", [], "Only these compressors (class names); empty: all.")
+flags.DEFINE_integer("workers", 2, "Emulated workers.")
+flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every task's epochs (a quick look: 0.5).")
+flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts as dense's.")
+flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
+flags.DEFINE_string("out", "benchmarks/results", "Where convergence.{md,json} and the PNGs go.")
+flags.DEFINE_string("name", "convergence", "Base name of the result files.")
+
+#: SignSGD's aggregate is +-1 per element, so the learning rate is every weight's
+#: step: with SGD it needs one about 100x smaller than dense training's (as in
+#: signSGD's paper); with Adam the task's own.
+SIGN_SGD_LEARNING_RATE = 3e-4
+
+
+def settings(optimizer_name):
+    """{setting: [(label, compressor factory, {"learning_rate": ..., "warmup_epochs": ...})]}.
+
+    Recommended: what a user should start from. momentum="auto" takes over an
+    SGD optimizer's momentum for EFSignSGD and the sparsifiers; the sparsifiers
+    start after a dense epoch (DGC's warm-up), and under Adam keep 10% of the
+    elements (tfcomp.optimizers.ADAPTIVE_MIN_RATIO). Aggressive: the highest
+    compression, no warm-up, and EFSignSGD with error feedback on the gradient
+    under the optimizer's momentum (momentum=None), reported as they come.
+    """
+    sgd = optimizer_name == "sgd_momentum"
+    ratio = 0.01 if sgd else 0.1
+    sparse = {"warmup_epochs": 1}
+    return {
+        "recommended": [
+            ("FP16", tfcomp.FP16, {}),
+            ("SignSGD", tfcomp.SignSGD, {"learning_rate": SIGN_SGD_LEARNING_RATE} if sgd else {}),
+            ("EFSignSGD", tfcomp.EFSignSGD, {}),
+            (f"TopK({ratio})", lambda: tfcomp.TopK(ratio), sparse),
+            ("RandomK(0.1)", lambda: tfcomp.RandomK(0.1), sparse),
+            (f"DGC({ratio})", lambda: tfcomp.DGC(ratio), sparse),
+            (f"DRAGONN({ratio})", lambda: tfcomp.DRAGONN(ratio), sparse),
+            ("PowerSGD(4)", lambda: tfcomp.PowerSGD(4), {}),
+            ("ACPSGD(4)", lambda: tfcomp.ACPSGD(4), {}),
+        ],
+        # The evidence for momentum="auto": the same settings with error feedback on the
+        # gradient under the optimizer's own momentum (under Adam "auto" is that already).
+        "optimizer_momentum": [
+            ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), {}),
+            ("TopK(0.01, momentum=None)", lambda: tfcomp.TopK(0.01, momentum=None), sparse),
+            ("RandomK(0.1, momentum=None)", lambda: tfcomp.RandomK(0.1, momentum=None), sparse),
+            ("DGC(0.01, momentum=None)", lambda: tfcomp.DGC(0.01, momentum=None), sparse),
+            ("DRAGONN(0.01, momentum=None)", lambda: tfcomp.DRAGONN(0.01, momentum=None), sparse),
+        ] if sgd else [],
+        "aggressive": [
+            ("SignSGD", tfcomp.SignSGD, {}),
+            ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), {}),
+            ("TopK(0.001)", lambda: tfcomp.TopK(0.001), {}),
+            ("RandomK(0.01)", lambda: tfcomp.RandomK(0.01), {}),
+            ("DGC(0.001)", lambda: tfcomp.DGC(0.001), {}),
+            ("DRAGONN(0.001)", lambda: tfcomp.DRAGONN(0.001), {}),
+            ("PowerSGD(1)", lambda: tfcomp.PowerSGD(1), {}),
+            ("ACPSGD(1)", lambda: tfcomp.ACPSGD(1), {}),
+        ],
+    }
+
+
+def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0):
+    data = task.load()
+    epochs = max(1, round(task.epochs * FLAGS.epochs_scale))
+    steps_per_epoch = len(data[0][0]) // (task.batch_per_worker * FLAGS.workers)
+    steps = epochs * steps_per_epoch
+    lr = learning_rate or task.learning_rates[optimizer_name]
+    start = time.perf_counter()
+    history = train(task.build(), optimizer(optimizer_name, lr, steps), data, task.loss, task.metric,
+                    factory() if factory else None, num_workers=FLAGS.workers,
+                    batch_per_worker=task.batch_per_worker, epochs=epochs, evals_per_epoch=2,
+                    selection=False,  # every eligible tensor compressed: the worst case for accuracy
+                    warmup_steps=warmup_epochs * steps_per_epoch)
+    return {"steps": history.steps, "metric": history.metric, "final": history.final,
+            "steps_to_target": history.steps_to(task.target), "learning_rate": lr,
+            "warmup_steps": warmup_epochs * steps_per_epoch,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def verdict(run, dense):
+    close = run["final"] >= dense["final"] - FLAGS.tolerance
+    reached, dense_reached = run["steps_to_target"], dense["steps_to_target"]
+    fast = reached is not None and (dense_reached is None or reached <= FLAGS.max_step_ratio * dense_reached)
+    return close and fast
+
+
+def markdown(results):
+    lines = [f"# Convergence against dense training\n",
+             f"`{harness.command_line('benchmarks.convergence')}`\n",
+             f"{FLAGS.workers} emulated workers, every eligible tensor compressed (selection off), "
+             "learning rate cosine-decayed to 0. Like dense: final held-out accuracy within "
+             f"{FLAGS.tolerance:g} of dense's and steps to the target at most {FLAGS.max_step_ratio:g}x dense's.\n",
+             f"Machine: {json.dumps(harness.machine())}\n"]
+    for key, block in results.items():
+        task = TASKS[block["task"]]
+        dense = block["dense"]
+        lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {task.target})\n",
+                  "| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
+                  "| like dense |",
+                  "|---|---|---|---|---|---|---|---|",
+                  f"| | dense | | {dense['final']:.3f} | | {dense['steps_to_target']} | 1.00 | |"]
+        for run in block["runs"]:
+            ratio = (f"{run['steps_to_target'] / dense['steps_to_target']:.2f}"
+                     if run["steps_to_target"] and dense["steps_to_target"] else "never")
+            lines.append(f"| {run['setting']} | {run['label']} | {run['warmup_steps']} | {run['final']:.3f} | "
+                         f"{run['final'] - dense['final']:+.3f} | {run['steps_to_target']} | {ratio} | "
+                         f"{'yes' if run['like_dense'] else 'no'} |")
+        lines.append(f"\n![{key}]({key}.png)\n")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for key, block in results.items():
+        settings_run = sorted({r["setting"] for r in block["runs"]})
+        fig, axes = plt.subplots(1, len(settings_run), figsize=(6.5 * len(settings_run), 4.5), squeeze=False)
+        for ax, setting in zip(axes[0], settings_run):
+            ax.plot(block["dense"]["steps"], block["dense"]["metric"], "k-", lw=2.5, label="dense")
+            for run in block["runs"]:
+                if run["setting"] == setting:
+                    ax.plot(run["steps"], run["metric"], lw=1.2, label=run["label"])
+            ax.axhline(TASKS[block["task"]].target, color="grey", ls=":", lw=1)
+            ax.set(title=f"{block['task']}, {block['optimizer']}, {setting}", xlabel="step",
+                   ylabel="held-out accuracy", ylim=(0, 1))
+            ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(out / f"{key}.png", dpi=90)
+        plt.close(fig)
+
+
+def main(argv):
+    del argv
+    harness.pin_threads(2, 4)  # the workers' step functions run side by side
+    results = {}
+    out = pathlib.Path(FLAGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for task_name in FLAGS.tasks:
+        task = TASKS[task_name]
+        for optimizer_name in FLAGS.optimizers:
+            key = f"{FLAGS.name}_{task_name}_{optimizer_name}"
+            dense = run_one(task, optimizer_name, None)
+            print(f"[{task_name} {optimizer_name}] dense: final {dense['final']:.3f}, "
+                  f"target at step {dense['steps_to_target']} ({dense['seconds']} s)", flush=True)
+            runs = []
+            chosen = settings(optimizer_name)
+            for setting in FLAGS.settings:
+                for label, factory, options in chosen[setting]:
+                    if FLAGS.compressors and label.split("(")[0] not in FLAGS.compressors:
+                        continue
+                    run = run_one(task, optimizer_name, factory, **options)
+                    run.update(setting=setting, label=label)
+                    run["like_dense"] = verdict(run, dense)
+                    runs.append(run)
+                    print(f"[{task_name} {optimizer_name}] {setting:11s} {label:26s} final {run['final']:.3f} "
+                          f"({run['final'] - dense['final']:+.3f}), target at step {run['steps_to_target']}"
+                          f" -> {'like dense' if run['like_dense'] else 'NOT like dense'} ({run['seconds']} s)",
+                          flush=True)
+            results[key] = {"task": task_name, "optimizer": optimizer_name, "dense": dense, "runs": runs}
+            harness.write_results(out, FLAGS.name, {"machine": harness.machine(), "results": results,
+                                                    "command": harness.command_line("benchmarks.convergence")},
+                                  markdown(results))
+            plot({key: results[key]}, out)
+    print(f"wrote {out / (FLAGS.name + '.md')}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,52 @@
+"""A short version of benchmarks.convergence: at their recommended settings, one
+compressor of each family trains the digits MLP like dense training of the same
+model, data, optimizer (SGD with momentum 0.9, as users compile it) and epochs."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfcomp
+from benchmarks.convergence_tasks import TASKS, optimizer
+from tfcomp.testing import Emulator
+from tfcomp.testing.emulated_training import train
+
+TOLERANCE = 0.02  # final held-out accuracy, on 360 test images (one image is 0.003)
+
+
+def final_accuracy(compression, optimizer_name="sgd_momentum", epochs=8):
+    task = TASKS["mlp"]
+    data = task.load()
+    steps = epochs * (len(data[0][0]) // (2 * task.batch_per_worker))
+    history = train(task.build(), optimizer(optimizer_name, task.learning_rates[optimizer_name], steps), data,
+                    task.loss, task.metric, compression, epochs=epochs, selection=False)
+    return history.final
+
+
+@pytest.fixture(scope="module")
+def dense():
+    return {name: final_accuracy(None, name) for name in ("sgd_momentum", "adam")}
+
+
+@pytest.mark.parametrize("compression, optimizer_name", [
+    (tfcomp.EFSignSGD, "sgd_momentum"), (lambda: tfcomp.DRAGONN(0.01), "sgd_momentum"),
+    (lambda: tfcomp.PowerSGD(4), "sgd_momentum"), (lambda: tfcomp.ACPSGD(4), "adam")],
+    ids=["EFSignSGD-sgd", "DRAGONN-sgd", "PowerSGD-sgd", "ACPSGD-adam"])
+def test_recommended_settings_train_like_dense(dense, compression, optimizer_name):
+    assert dense[optimizer_name] > 0.9, dense
+    accuracy = final_accuracy(compression(), optimizer_name)
+    assert accuracy >= dense[optimizer_name] - TOLERANCE, (accuracy, dense[optimizer_name])
+
+
+def test_compiled_emulator_steps_equal_eager_ones():
+    rng = np.random.default_rng(0)
+    grads = [[tf.constant(rng.standard_normal((32, 40)).astype(np.float32))] for _ in range(3)]
+    eager = Emulator(3, tfcomp.DRAGONN(0.1), min_compress_elements=1, selection=False)
+    compiled = Emulator(3, tfcomp.DRAGONN(0.1), min_compress_elements=1, selection=False)
+    functions = [tf.function(lambda g, r=r: compiled.exchange.reduce(
+        g, ["w"], compiled.states[r], compiled.collectives(r))) for r in range(3)]
+    for _ in range(3):
+        expected = eager.step(grads, ["w"])
+        got = compiled.run(functions, [(g,) for g in grads])
+        for e, g in zip(expected, got):
+            np.testing.assert_array_equal(e[0].numpy(), g[0].numpy())
+    assert compiled.traffic == eager.traffic

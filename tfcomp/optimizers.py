@@ -1,0 +1,89 @@
+"""How a compressor fits the Keras optimizer that applies the exchanged gradients:
+momentum="auto" resolved against it (tfcomp.compressors.base.WorkerMomentum),
+and a warning, once, for combinations that tfcomp's convergence benchmark
+(benchmarks/results/convergence.md) found to train worse than dense, with what
+to change."""
+import tensorflow as tf
+from absl import logging
+
+from tfcomp.compressors.base import AUTO, WorkerMomentum
+from tfcomp.compressors.sign import SignSGD
+from tfcomp.compressors.sparse import Sparsifier
+
+#: Below this ratio the sparsifiers trained measurably worse than dense under Adam.
+ADAPTIVE_MIN_RATIO = 0.1
+#: SignSGD's aggregate is +-1 per element, so the learning rate is every weight's step.
+SIGN_SGD_MAX_LEARNING_RATE = 1e-2
+_advised = set()
+
+
+def sgd_momentum(optimizer):
+    """The momentum of a Keras SGD optimizer (current or legacy, under a
+    LossScaleOptimizer or not), 0.0 for SGD without it, None for anything else."""
+    from keras.src.optimizers import sgd
+    from keras.src.optimizers.legacy import gradient_descent
+    while getattr(optimizer, "inner_optimizer", None) is not None:
+        optimizer = optimizer.inner_optimizer
+    if not isinstance(optimizer, (sgd.SGD, gradient_descent.SGD)):
+        return None
+    momentum = getattr(optimizer, "momentum", None)  # Keras' current SGD: a Python float
+    if isinstance(momentum, (int, float)):
+        return float(momentum)
+    with tf.init_scope():  # the legacy SGD's hyperparameter may be a (distributed) variable
+        return float(tf.keras.backend.get_value(optimizer._get_hyper("momentum")))  # pylint: disable=protected-access
+
+
+def learning_rate(optimizer):
+    """The optimizer's learning rate if it is a constant, else None (a schedule)."""
+    while getattr(optimizer, "inner_optimizer", None) is not None:
+        optimizer = optimizer.inner_optimizer
+    try:
+        with tf.init_scope():
+            return float(tf.keras.backend.get_value(optimizer.learning_rate))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def advice(compressor, optimizer):
+    """What to change for a combination known to train worse than dense, or None."""
+    name = type(compressor).__name__
+    beta = sgd_momentum(optimizer)
+    clipping = [k for k in ("clipnorm", "clipvalue", "global_clipnorm") if getattr(optimizer, k, None)]
+    if beta and clipping and isinstance(compressor, WorkerMomentum) and compressor.momentum == AUTO:
+        return (f"{name} takes over the optimizer's momentum, and the optimizer's {clipping[0]} then clips "
+                f"what it is handed (the change of the averaged velocity), not the gradient. Clip the "
+                f"gradients before the optimizer, or pass momentum=None to {name}.")
+    if isinstance(compressor, Sparsifier) and beta is None and compressor.ratio < ADAPTIVE_MIN_RATIO:
+        return (f"{name}(ratio={compressor.ratio:g}) under {type(optimizer).__name__}: in tfcomp's convergence "
+                f"benchmark the sparsifiers at ratio 0.01 ended 3 to 11 points below dense under Adam. Use "
+                f"ratio>={ADAPTIVE_MIN_RATIO:g} with a dense warm-up of about an epoch (warmup_steps=), or SGD "
+                "with momentum, or PowerSGD/ACPSGD.")
+    if isinstance(compressor, SignSGD) and beta is not None:
+        lr = learning_rate(optimizer)
+        if lr is None or lr > SIGN_SGD_MAX_LEARNING_RATE:
+            return (f"SignSGD under SGD: the aggregate is +-1 per element, so the learning rate is every "
+                    f"weight's step (times 1/(1-momentum)); it needs one about 100x smaller than dense SGD "
+                    f"(3e-4 in tfcomp's benchmark, where lr 0.1 diverged). Or use EFSignSGD.")
+    return None
+
+
+def resolve(compressor, optimizer):
+    """The compressor to run under optimizer (None: not known); warns once about
+    combinations that train worse than dense."""
+    if optimizer is None:
+        return compressor
+    said = advice(compressor, optimizer)
+    if said and (repr(compressor), type(optimizer).__name__) not in _advised:
+        _advised.add((repr(compressor), type(optimizer).__name__))
+        logging.warning("tfcomp: %s", said)
+    if not isinstance(compressor, WorkerMomentum):
+        return compressor
+    beta = sgd_momentum(optimizer)
+    if compressor.momentum == AUTO:
+        return compressor.with_optimizer_momentum(beta) if beta else compressor
+    if compressor.momentum is not None and beta:
+        raise ValueError(
+            f"{compressor!r} applies momentum {compressor.momentum} on the worker and the optimizer "
+            f"applies momentum {beta} again. Leave the compressor's momentum at 'auto' (it takes over "
+            f"the optimizer's), or compile the optimizer with momentum=0.")
+    return compressor
