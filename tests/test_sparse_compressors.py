@@ -127,7 +127,7 @@ def test_bad_ratio_is_rejected(cls, ratio):
 
 
 def test_bad_momentum_is_rejected():
-    with pytest.raises(ValueError, match="momentum must be in \\[0, 1\\)"):
+    with pytest.raises(ValueError, match="momentum must be .auto., a number in \\[0, 1\\) or None"):
         tfcomp.DGC(momentum=1.0)
 
 
