@@ -22,7 +22,7 @@ from absl import app, flags
 
 import tfcomp
 from benchmarks import harness
-from benchmarks.convergence_tasks import OPTIMIZERS, TASKS, optimizer
+from benchmarks.convergence_tasks import OPTIMIZERS, SIGN_SGD_LEARNING_RATE, TASKS, optimizer
 from tfcomp.testing.emulated_training import train
 
 FLAGS = flags.FLAGS
@@ -38,12 +38,6 @@ flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts
 flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
 flags.DEFINE_string("out", "benchmarks/results", "Where convergence.{md,json} and the PNGs go.")
 flags.DEFINE_string("name", "convergence", "Base name of the result files.")
-
-#: SignSGD's aggregate is +-1 per element, so the learning rate is every weight's
-#: step: with SGD it needs one about 100x smaller than dense training's (as in
-#: signSGD's paper); with Adam the task's own.
-SIGN_SGD_LEARNING_RATE = 3e-4
-
 
 def settings(optimizer_name):
     """{setting: [(label, compressor factory, {"learning_rate": ..., "warmup_epochs": ...})]}.

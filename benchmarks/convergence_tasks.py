@@ -64,3 +64,8 @@ def optimizer(name, learning_rate, total_steps):
 
 
 OPTIMIZERS = ("sgd_momentum", "adam")
+
+#: SignSGD's aggregate is +-1 per element, so the learning rate is every weight's
+#: step: with SGD it needs one about 100x smaller than dense training's (as in
+#: signSGD's paper); with Adam the task's own.
+SIGN_SGD_LEARNING_RATE = 3e-4
