@@ -1,9 +1,28 @@
-"""tfcomp: gradient compression for TensorFlow/Keras data-parallel training."""
-from tfcomp import callbacks, distribute
-from tfcomp.compressors import (ACPSGD, DGC, DRAGONN, EFSignSGD, FP16, NoCompression, PowerSGD, RandomK,
-                                SignSGD, TopK)
+"""tfcomp: gradient compression for TensorFlow/Keras data-parallel training.
+
+The names below load on first use (PEP 562), so `import tfcomp.analysis`
+predicts from a saved profile without importing TensorFlow.
+"""
+import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
-__all__ = ["callbacks", "distribute", "NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "RandomK", "DGC",
-           "DRAGONN", "PowerSGD", "ACPSGD"]
+_COMPRESSORS = ("NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "RandomK", "DGC", "DRAGONN", "PowerSGD",
+                "ACPSGD")
+_SUBMODULES = ("callbacks", "distribute")
+
+__all__ = list(_SUBMODULES + _COMPRESSORS)
+
+
+def __getattr__(name):
+    if name in _COMPRESSORS:
+        return getattr(importlib.import_module("tfcomp.compressors"), name)
+    # Any submodule (tfcomp.exchange, tfcomp.compressors, ...), as the eager imports once made them.
+    if not name.startswith("_") and importlib.util.find_spec(f"tfcomp.{name}") is not None:
+        return importlib.import_module(f"tfcomp.{name}")
+    raise AttributeError(f"module 'tfcomp' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

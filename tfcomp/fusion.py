@@ -10,21 +10,8 @@ other float types (bfloat16) are summed in float32.
 """
 import tensorflow as tf
 
+from tfcomp.bucketing import buckets
 from tfcomp.compressors.base import Collective
-
-
-def buckets(sizes, cap_bytes):
-    """Consecutive index groups whose sizes add up to at most cap_bytes (a larger one stands alone)."""
-    groups, current, total = [], [], 0
-    for i, nbytes in enumerate(sizes):
-        if current and total + nbytes > cap_bytes:
-            groups.append(current)
-            current, total = [], 0
-        current.append(i)
-        total += nbytes
-    if current:
-        groups.append(current)
-    return groups
 
 
 WIRE_DTYPES = (tf.float16, tf.float32, tf.float64, tf.int32, tf.int64)

@@ -1,0 +1,234 @@
+"""The inputs of the analysis tools, measured once and kept as one versioned JSON file:
+the model (forward, backward and apply times; each gradient's size and ready time in
+backward order), the links (alpha and bandwidth per collective), the vector-add cost
+(Zhang's AddEst, seed-notes.md 3.1) and each compressor's encode and decode time per
+size and payload per gradient (seed-notes.md 1.3-1.4)."""
+import dataclasses
+import json
+import math
+from typing import Dict, Tuple
+
+from tfcomp.analysis.checks import check_number, is_number
+from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, COLLECTIVES, Link, Transfer
+from tfcomp.analysis.tables import SizeTable
+
+FORMAT = "tfcomp.analysis.profile"
+VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientProfile:
+    name: str
+    nbytes: float
+    ready_s: float  # seconds after the backward pass began
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelProfile:
+    """One training step on one worker; gradients in backward order."""
+    name: str
+    forward_s: float
+    backward_s: float
+    apply_s: float
+    gradients: Tuple[GradientProfile, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "gradients", tuple(self.gradients))
+        for what in ("forward_s", "apply_s"):
+            check_number(getattr(self, what), f"model {what} (seconds)")
+        check_number(self.backward_s, "model backward_s (seconds)", positive=True)
+        if not self.gradients:
+            raise ValueError("model profile has no gradients")
+        seen, previous = set(), 0.0
+        for g in self.gradients:
+            if g.name in seen:
+                raise ValueError(f"gradient {g.name!r} appears twice in the model profile")
+            seen.add(g.name)
+            check_number(g.nbytes, f"gradient {g.name!r} bytes", positive=True)
+            check_number(g.ready_s, f"gradient {g.name!r} ready_s (seconds)")
+            if g.ready_s < previous:
+                raise ValueError(f"gradient {g.name!r} is ready at {g.ready_s} s, before the one listed before "
+                                 f"it ({previous} s): gradients must be listed in backward order")
+            if g.ready_s > self.backward_s:
+                raise ValueError(f"gradient {g.name!r} is ready at {g.ready_s} s, after the backward pass "
+                                 f"ends ({self.backward_s} s)")
+            previous = g.ready_s
+
+    @property
+    def total_bytes(self):
+        return sum(g.nbytes for g in self.gradients)
+
+    @property
+    def single_step_s(self):
+        """One worker's step with no communication: T in Zhang's scaling factor."""
+        return self.forward_s + self.backward_s + self.apply_s
+
+    def check_same_model(self, gradients):
+        """Raises ValueError unless gradients ((name, bytes) pairs in backward order) are this
+        profile's: a profile from another model predicts nothing about this one."""
+        theirs = [(str(name), float(nbytes)) for name, nbytes in gradients]
+        ours = [(g.name, float(g.nbytes)) for g in self.gradients]
+        if theirs == ours:
+            return
+        if len(theirs) != len(ours):
+            detail = f"it has {len(ours)} gradients, this model {len(theirs)}"
+        else:
+            i = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+            detail = f"gradient {i} is {ours[i][0]!r} ({ours[i][1]:.0f} bytes) there, {theirs[i][0]!r} " \
+                     f"({theirs[i][1]:.0f} bytes) here"
+        raise ValueError(f"the profile is of model {self.name!r}, not this one: {detail}; "
+                         "profile this model first")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompressorProfile:
+    """A compressor's measured costs: encode and decode seconds per tensor size, and what
+    it sends per step for each gradient (one Transfer a round; PowerSGD has two)."""
+    name: str
+    encode: SizeTable
+    decode: SizeTable
+    payloads: Dict[str, Tuple[Transfer, ...]]
+
+    def __post_init__(self):
+        object.__setattr__(self, "payloads", {k: tuple(v) for k, v in self.payloads.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    model: ModelProfile
+    allreduce: Link
+    allgather: Link
+    addest: SizeTable
+    compressors: Dict[str, CompressorProfile] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        names = {g.name for g in self.model.gradients}
+        for c in self.compressors.values():
+            if set(c.payloads) != names:
+                missing, extra = sorted(names - set(c.payloads)), sorted(set(c.payloads) - names)
+                raise ValueError(f"compressor {c.name!r}: its payloads name other gradients than the model "
+                                 f"{self.model.name!r} (missing {missing[:5]}, unknown {extra[:5]}); "
+                                 "was it profiled on another model?")
+
+    def compressor(self, name):
+        if name not in self.compressors:
+            raise ValueError(f"the profile has no measurements for compressor {name!r} "
+                             f"(it has: {sorted(self.compressors) or 'none'}); profile that compressor first")
+        return self.compressors[name]
+
+    def link(self, collective):
+        return {ALLREDUCE: self.allreduce, ALLGATHER: self.allgather}[collective]
+
+    def to_dict(self):
+        return {
+            "format": FORMAT, "version": VERSION,
+            "model": {"name": self.model.name, "forward_s": self.model.forward_s,
+                      "backward_s": self.model.backward_s, "apply_s": self.model.apply_s,
+                      "gradients": [{"name": g.name, "bytes": g.nbytes, "ready_s": g.ready_s}
+                                    for g in self.model.gradients]},
+            "links": {c: {"alpha_s": self.link(c).alpha_s,
+                          "bandwidth_bytes_per_s": self.link(c).bandwidth_bytes_per_s} for c in COLLECTIVES},
+            "addest": self.addest.points(),
+            "compressors": {name: {"encode": c.encode.points(), "decode": c.decode.points(),
+                                   "payloads": {g: [[t.collective, t.nbytes] for t in transfers]
+                                                for g, transfers in c.payloads.items()}}
+                            for name, c in self.compressors.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data):
+        return _parse(data)
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not a JSON profile ({e})") from None
+        try:
+            return _parse(data)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+
+
+def _parse(data):
+    """A Profile from the dict to_dict writes; ValueError naming the first bad field."""
+    top = _Fields(data, "profile")
+    if top.get("format", str) != FORMAT:
+        raise ValueError(f"not a tfcomp analysis profile (format {data.get('format')!r}, expected {FORMAT!r})")
+    version = top.get("version", int)
+    if version != VERSION:
+        raise ValueError(f"profile version {version} is not supported: this tfcomp reads version {VERSION}")
+    model = top.sub("model")
+    gradients = []
+    for i, g in enumerate(model.get("gradients", list)):
+        g = _Fields(g, f"model.gradients[{i}]")
+        gradients.append(GradientProfile(g.get("name", str), g.number("bytes"), g.number("ready_s")))
+    links = top.sub("links")
+    parsed_links = {}
+    for c in COLLECTIVES:
+        link = links.sub(c)
+        parsed_links[c] = link.build(Link, link.number("alpha_s"), link.number("bandwidth_bytes_per_s"))
+    compressors = {}
+    for name, c in top.sub("compressors").data.items():
+        c = _Fields(c, f"compressors.{name}")
+        payloads = {}
+        for grad, rounds in c.sub("payloads").data.items():
+            where = f"compressors.{name}.payloads.{grad}"
+            if not isinstance(rounds, list) or not rounds:
+                raise ValueError(f"{where}: expected a list of [collective, bytes] rounds, got {rounds!r}")
+            payloads[grad] = tuple(_transfer(r, f"{where}[{j}]") for j, r in enumerate(rounds))
+        compressors[name] = CompressorProfile(name, c.table("encode"), c.table("decode"), payloads)
+    return top.build(Profile, model.build(ModelProfile, model.get("name", str), model.number("forward_s"),
+                                          model.number("backward_s"), model.number("apply_s"), gradients),
+                     parsed_links[ALLREDUCE], parsed_links[ALLGATHER], top.table("addest"), compressors)
+
+
+def _transfer(pair, where):
+    if not isinstance(pair, list) or len(pair) != 2 or pair[0] not in COLLECTIVES or not is_number(pair[1]):
+        raise ValueError(f"{where}: expected [collective, bytes] with collective one of {COLLECTIVES}, got {pair!r}")
+    return Transfer(pair[0], pair[1])
+
+
+class _Fields:
+    """A JSON object being read, with its place in the file for error messages."""
+
+    def __init__(self, data, where):
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        self.data, self.where = data, where
+
+    def get(self, key, kind):
+        if key not in self.data:
+            raise ValueError(f"{self.where}: missing field {key!r}")
+        value = self.data[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            expected = "a number" if kind == (int, float) else kind.__name__
+            raise ValueError(f"{self.where}.{key}: expected {expected}, got {value!r}")
+        return value
+
+    def number(self, key):
+        value = self.get(key, (int, float))
+        if not math.isfinite(value):
+            raise ValueError(f"{self.where}.{key}: expected a finite number, got {value!r}")
+        return value
+
+    def sub(self, key):
+        return _Fields(self.get(key, dict), f"{self.where}.{key}")
+
+    def table(self, key):
+        return SizeTable(self.get(key, list), f"{self.where}.{key}")
+
+    def build(self, cls, *args):
+        """cls(*args), its ValueError prefixed with where it stands in the file."""
+        try:
+            return cls(*args)
+        except ValueError as e:
+            raise ValueError(f"{self.where}: {e}") from None
+

@@ -1,0 +1,54 @@
+"""Seconds as a function of bytes, from a few measurements: Zhang et al.'s AddEst
+(seed-notes.md 3.1: vector-add time, linearly interpolated) and the per-size
+encode and decode times of a compressor."""
+import numpy as np
+
+from tfcomp.analysis.checks import is_number
+
+
+class SizeTable:
+    """Piecewise-linear seconds(bytes) through measured (bytes, seconds) points.
+
+    Below the smallest size it answers the smallest measurement (a kernel's
+    fixed cost does not shrink); above the largest it extends the last segment,
+    or scales a lone measurement (the cost of touching every byte grows linearly).
+    """
+
+    def __init__(self, points, what="size table"):
+        self.what = what
+        points = [tuple(p) if isinstance(p, (list, tuple)) else p for p in points]
+        if not points:
+            raise ValueError(f"{what}: needs at least one (bytes, seconds) measurement")
+        for p in points:
+            if not isinstance(p, tuple) or len(p) != 2 or not all(is_number(x) for x in p):
+                raise ValueError(f"{what}: each measurement must be a pair of finite numbers "
+                                 f"(bytes, seconds), got {p!r}")
+        sizes = np.array([float(p[0]) for p in points])
+        seconds = np.array([float(p[1]) for p in points])
+        if np.any(sizes <= 0) or np.any(np.diff(sizes) <= 0):
+            raise ValueError(f"{what}: sizes must be positive and strictly increasing, got {sizes.tolist()}")
+        if np.any(seconds < 0):
+            raise ValueError(f"{what}: times must be >= 0, got {seconds.tolist()}")
+        self.sizes, self.seconds = sizes, seconds
+
+    @classmethod
+    def zero(cls, what="size table"):
+        """A table that answers 0 s for every size (a cost left out of the model)."""
+        return cls([(1, 0.0)], what)
+
+    def points(self):
+        return [[float(b), float(s)] for b, s in zip(self.sizes, self.seconds)]
+
+    def __call__(self, nbytes):
+        if not is_number(nbytes) or nbytes < 0:
+            raise ValueError(f"{self.what}: size must be a finite number of bytes >= 0, got {nbytes!r}")
+        if nbytes <= self.sizes[-1]:
+            return float(np.interp(nbytes, self.sizes, self.seconds))
+        if len(self.sizes) == 1:  # no segment to extend: proportional to size
+            return float(self.seconds[0] * nbytes / self.sizes[0])
+        slope = (self.seconds[-1] - self.seconds[-2]) / (self.sizes[-1] - self.sizes[-2])
+        return float(self.seconds[-1] + slope * (nbytes - self.sizes[-1]))
+
+    def __repr__(self):
+        return f"SizeTable({self.points()!r}, what={self.what!r})"
+
