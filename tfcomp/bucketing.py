@@ -16,4 +16,4 @@ def buckets(sizes, cap_bytes):
     return groups
 
 
-DEFAULT_BUCKET_BYTES = 25 * 2**20  # tfcomp.exchange.DEFAULT_BUCKET_BYTES: PyTorch DDP's and ACP-SGD's bucket
+DEFAULT_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's and the ACP-SGD paper's bucket

@@ -11,12 +11,12 @@ import tensorflow as tf
 from absl import logging
 
 from tfcomp import fusion, optimizers
+from tfcomp.bucketing import DEFAULT_BUCKET_BYTES
 from tfcomp.callbacks import probe as timeline_probe
 from tfcomp.compressors.base import Compressor, Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.selection import EfficiencyAwareSelection
 
-DEFAULT_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's and the ACP-SGD paper's bucket
 DEFAULT_MIN_COMPRESS_ELEMENTS = 1024
 FINITE_FLAG_BYTES = 4  # the float32 flag every worker allreduces per step (check_finite)
 
