@@ -10,7 +10,7 @@ import tfcomp
 from tfcomp.exchange import FINITE_FLAG_BYTES
 from tfcomp.testing import processes
 from tfcomp.testing.local_cluster import run_workers
-from workload import assert_identical_weights, training_accuracy
+from workload import assert_identical_weights, assert_trains_like_dense_with_momentum
 
 STEPS = 32
 
@@ -50,19 +50,11 @@ def test_compressors_train_under_model_fit(tmp_path, compression, lr, workers, e
     assert results[0]["state_step"] == STEPS
 
 
-MOMENTUM_TOLERANCE = 0.03  # accuracy on the 512 training examples after 96 steps (12 epochs)
-
-
 @pytest.mark.parametrize("compression, extra", [
     ("EFSignSGD", {}), ("DRAGONN", {**SPARSE, "warmup_steps": 8}), ("PowerSGD", {"rank": 4})])
 def test_sgd_with_momentum_trains_like_dense(tmp_path, compression, extra):
     """One compressor of each family under SGD(momentum=0.9), as users compile it."""
-    dense = train(tmp_path / "dense", compression="NoCompression", lr=0.05, momentum=0.9, steps=96)
-    ours = train(tmp_path / "ours", compression=compression, lr=0.05, momentum=0.9, steps=96, **extra)
-    assert_identical_weights(ours)
-    dense_accuracy, accuracy = training_accuracy(dense[0]["weights"]), training_accuracy(ours[0]["weights"])
-    assert dense_accuracy > 0.9, dense_accuracy
-    assert accuracy >= dense_accuracy - MOMENTUM_TOLERANCE, (accuracy, dense_accuracy)
+    assert_trains_like_dense_with_momentum(train, tmp_path, compression, extra)
 
 
 def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):

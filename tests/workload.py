@@ -35,3 +35,17 @@ def training_accuracy(weights):
     k1, b1, k2, b2 = (np.array(w, np.float32) for w in weights)
     logits = np.maximum(x @ k1 + b1, 0) @ k2 + b2
     return float(np.mean(np.argmax(logits, axis=1) == y))
+
+
+MOMENTUM_TOLERANCE = 0.03  # accuracy on the 512 training examples after 96 steps (12 epochs)
+
+
+def assert_trains_like_dense_with_momentum(train, tmp_path, compression, extra):
+    """train (an engine's test launcher) with compression under SGD(0.05, momentum=0.9)
+    reaches dense training's accuracy within MOMENTUM_TOLERANCE."""
+    dense = train(tmp_path / "dense", compression="NoCompression", lr=0.05, momentum=0.9, steps=96)
+    ours = train(tmp_path / "ours", compression=compression, lr=0.05, momentum=0.9, steps=96, **extra)
+    assert_identical_weights(ours)
+    dense_accuracy, accuracy = training_accuracy(dense[0]["weights"]), training_accuracy(ours[0]["weights"])
+    assert dense_accuracy > 0.9, dense_accuracy
+    assert accuracy >= dense_accuracy - MOMENTUM_TOLERANCE, (accuracy, dense_accuracy)
