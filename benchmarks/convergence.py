@@ -15,7 +15,9 @@ Verdict "like dense": final accuracy within --tolerance of dense and steps to
 the target at most --max_step_ratio x dense's.
 """
 import json
+import math
 import pathlib
+import statistics
 import time
 
 from absl import app, flags
@@ -33,6 +35,8 @@ flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "aggressive"
                   "momentum=None, under SGD), aggressive.")
 flags.DEFINE_list("compressors", [], "Only these compressors (class names); empty: all.")
 flags.DEFINE_integer("workers", 2, "Emulated workers.")
+flags.DEFINE_integer("seeds", 0, "Runs per configuration (model initialisation and data order); 0: each task's "
+                     "own (3 for the MLP and CNN, 1 for the language model).")
 flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every task's epochs (a quick look: 0.5).")
 flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts as dense's.")
 flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
@@ -87,21 +91,35 @@ def settings(optimizer_name):
 
 
 def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0):
+    """The configuration trained once per seed: mean final accuracy and curve, median steps to target."""
+    seeds = FLAGS.seeds or task.seeds
+    runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs)
+            for seed in range(1, seeds + 1)]
+    reached = sorted(r["steps_to_target"] if r["steps_to_target"] is not None else math.inf for r in runs)
+    median = statistics.median(reached)
+    return {"steps": runs[0]["steps"], "metric": [statistics.fmean(m) for m in zip(*(r["metric"] for r in runs))],
+            "final": statistics.fmean(r["final"] for r in runs),
+            "steps_to_target": None if math.isinf(median) else median,
+            "per_seed": [{"final": r["final"], "steps_to_target": r["steps_to_target"]} for r in runs],
+            "learning_rate": runs[0]["learning_rate"], "warmup_steps": runs[0]["warmup_steps"],
+            "seconds": round(sum(r["seconds"] for r in runs), 1)}
+
+
+def train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs):
     data = task.load()
     epochs = max(1, round(task.epochs * FLAGS.epochs_scale))
     steps_per_epoch = len(data[0][0]) // (task.batch_per_worker * FLAGS.workers)
     steps = epochs * steps_per_epoch
     lr = learning_rate or task.learning_rates[optimizer_name]
     start = time.perf_counter()
-    history = train(task.build(), optimizer(optimizer_name, lr, steps), data, task.loss, task.metric,
+    history = train(task.build(seed), optimizer(optimizer_name, lr, steps), data, task.loss, task.metric,
                     factory() if factory else None, num_workers=FLAGS.workers,
-                    batch_per_worker=task.batch_per_worker, epochs=epochs, evals_per_epoch=2,
+                    batch_per_worker=task.batch_per_worker, epochs=epochs, evals_per_epoch=2, seed=seed,
                     selection=False,  # every eligible tensor compressed: the worst case for accuracy
                     warmup_steps=warmup_epochs * steps_per_epoch)
     return {"steps": history.steps, "metric": history.metric, "final": history.final,
             "steps_to_target": history.steps_to(task.target), "learning_rate": lr,
-            "warmup_steps": warmup_epochs * steps_per_epoch,
-            "seconds": round(time.perf_counter() - start, 1)}
+            "warmup_steps": warmup_epochs * steps_per_epoch, "seconds": time.perf_counter() - start}
 
 
 def verdict(run, dense):
@@ -111,26 +129,33 @@ def verdict(run, dense):
     return close and fast
 
 
+def _steps(steps):
+    return "never" if steps is None else f"{steps:g}"
+
+
 def markdown(results):
     lines = [f"# Convergence against dense training\n",
              f"`{harness.command_line('benchmarks.convergence')}`\n",
              f"{FLAGS.workers} emulated workers, every eligible tensor compressed (selection off), "
-             "learning rate cosine-decayed to 0. Like dense: final held-out accuracy within "
+             "learning rate cosine-decayed to 0. Each configuration runs once per seed (model initialisation "
+             "and data order): final accuracy is the mean over seeds, steps to target the median ('never' when "
+             "most seeds never reach it), the plotted curve the mean. Like dense: final held-out accuracy within "
              f"{FLAGS.tolerance:g} of dense's and steps to the target at most {FLAGS.max_step_ratio:g}x dense's.\n",
              f"Machine: {json.dumps(harness.machine())}\n"]
     for key, block in results.items():
         task = TASKS[block["task"]]
         dense = block["dense"]
-        lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {task.target})\n",
+        lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {task.target}, "
+                  f"{len(dense['per_seed'])} seed{'s' if len(dense['per_seed']) > 1 else ''})\n",
                   "| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
                   "| like dense |",
                   "|---|---|---|---|---|---|---|---|",
-                  f"| | dense | | {dense['final']:.3f} | | {dense['steps_to_target']} | 1.00 | |"]
+                  f"| | dense | | {dense['final']:.3f} | | {_steps(dense['steps_to_target'])} | 1.00 | |"]
         for run in block["runs"]:
             ratio = (f"{run['steps_to_target'] / dense['steps_to_target']:.2f}"
                      if run["steps_to_target"] and dense["steps_to_target"] else "never")
             lines.append(f"| {run['setting']} | {run['label']} | {run['warmup_steps']} | {run['final']:.3f} | "
-                         f"{run['final'] - dense['final']:+.3f} | {run['steps_to_target']} | {ratio} | "
+                         f"{run['final'] - dense['final']:+.3f} | {_steps(run['steps_to_target'])} | {ratio} | "
                          f"{'yes' if run['like_dense'] else 'no'} |")
         lines.append(f"\n![{key}]({key}.png)\n")
     return "\n".join(lines) + "\n"

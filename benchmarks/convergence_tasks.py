@@ -30,27 +30,29 @@ def _lm_accuracy(y, logits):
 class Task:
     name: str
     describe: str
-    build: Callable  # () -> a fresh Keras model, the same weights every call
+    build: Callable  # (seed) -> a fresh Keras model, the same weights for a seed
     load: Callable  # () -> ((x, y), (x_test, y_test))
     loss: Callable
     metric: Callable
     epochs: int
     learning_rates: dict  # optimizer name -> learning rate (cosine-decayed to 0 over the run)
     target: float  # the held-out accuracy steps are counted to
+    seeds: int = 3  # runs per configuration (model initialisation and data order)
     batch_per_worker: int = 32
 
 
 TASKS = {
-    "mlp": Task("mlp", "digits MLP 64-256-256-10", lambda: digits.build(hidden=256), digits.load,
+    "mlp": Task("mlp", "digits MLP 64-256-256-10", lambda seed: digits.build(hidden=256, seed=seed), digits.load,
                 _classification_loss, _accuracy, epochs=12,
                 learning_rates={"sgd_momentum": 0.1, "adam": 1e-3}, target=0.95),
-    "cnn": Task("cnn", "digits CNN conv32-conv64-pool-128-10", digits.build_cnn, digits.load,
+    "cnn": Task("cnn", "digits CNN conv32-conv64-pool-128-10", lambda seed: digits.build_cnn(seed=seed),
+                digits.load,
                 _classification_loss, _accuracy, epochs=12,
                 learning_rates={"sgd_momentum": 0.05, "adam": 1e-3}, target=0.95),
     "lstm_lm": Task("lstm_lm", "LSTM language model on a 2nd-order Markov chain (best accuracy "
-                    f"{markov_lm.best_accuracy():.3f})", markov_lm.build, markov_lm.load,
+                    f"{markov_lm.best_accuracy():.3f})", lambda seed: markov_lm.build(seed=seed), markov_lm.load,
                     _classification_loss, _lm_accuracy, epochs=6,
-                    learning_rates={"sgd_momentum": 2.0, "adam": 1e-2}, target=0.78),
+                    learning_rates={"sgd_momentum": 2.0, "adam": 1e-2}, target=0.78, seeds=1),
 }
 
 def optimizer(name, learning_rate, total_steps):

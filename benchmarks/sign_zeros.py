@@ -31,7 +31,7 @@ def run(compressor, learning_rate, alternate):
     task = TASKS["mlp"]
     (x, y), (x_test, y_test) = task.load()
     dead = np.flatnonzero(x.max(axis=0) == 0)  # pixels 0 in every training image
-    model = task.build()
+    model = task.build(1)
     before = model.layers[0].kernel.numpy()[dead].copy()
     steps = FLAGS.epochs * (len(x) // (2 * task.batch_per_worker))
     identity = lambda x, step: x  # noqa: E731  the old behaviour: an exact zero packs as +

@@ -17,7 +17,7 @@ def final_accuracy(compression, optimizer_name="sgd_momentum", epochs=8):
     task = TASKS["mlp"]
     data = task.load()
     steps = epochs * (len(data[0][0]) // (2 * task.batch_per_worker))
-    history = train(task.build(), optimizer(optimizer_name, task.learning_rates[optimizer_name], steps), data,
+    history = train(task.build(1), optimizer(optimizer_name, task.learning_rates[optimizer_name], steps), data,
                     task.loss, task.metric, compression, epochs=epochs, selection=False)
     return history.final
 
