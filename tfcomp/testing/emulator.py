@@ -10,6 +10,7 @@ for a small MLP); `run` calls per-worker tf.functions built around
 runs (inside numpy_function), so a whole training step is one graph per worker
 (several times faster; what benchmarks.convergence uses).
 """
+import os
 import threading
 
 import numpy as np
@@ -20,12 +21,23 @@ from tfcomp.fusion import WIRE_DTYPES
 from tfcomp.state import CompressionState
 
 
+MEETING_TIMEOUT_S = 300
+
+
+def inter_op_threads():
+    """The threads TensorFlow runs a graph's ops on (its default: one per CPU)."""
+    configured = tf.config.threading.get_inter_op_parallelism_threads()
+    return configured or len(os.sched_getaffinity(0))
+
+
 class _Meeting:
     """Where the K workers' threads swap their buffers for one collective."""
 
     def __init__(self, num_workers):
         self.num_workers = num_workers
-        self.barrier = threading.Barrier(num_workers)
+        # A worker that never arrives (a bug, or a graph short of threads) fails the
+        # step instead of hanging it; tracing a first step can take a while.
+        self.barrier = threading.Barrier(num_workers, timeout=MEETING_TIMEOUT_S)
         self.slots = [None] * num_workers
         self.log = []  # (collective, bytes of one buffer sent by one worker), per buffer
 
@@ -124,7 +136,16 @@ class Emulator:
 
     def run(self, functions, args_per_worker):
         """Calls functions[rank](*args_per_worker[rank]) for every rank at once, one
-        thread each (their collectives meet while they run); returns their results."""
+        thread each (their collectives meet while they run); returns their results.
+
+        A worker waiting at a collective holds one of TensorFlow's inter-op threads,
+        so K workers need at least K of them, or the last one never arrives."""
+        if inter_op_threads() < self.num_workers:
+            raise RuntimeError(
+                f"{self.num_workers} emulated workers in compiled steps need at least {self.num_workers} "
+                f"inter-op threads; TensorFlow has {inter_op_threads()}. Call "
+                f"tf.config.threading.set_inter_op_parallelism_threads({self.num_workers + 1}) before "
+                "TensorFlow runs its first op, or use fewer workers.")
         return self._on_every_worker(lambda rank: functions[rank](*args_per_worker[rank]))
 
     def step(self, grads_per_worker, names, reduce_op="mean"):
