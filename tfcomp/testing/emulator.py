@@ -83,6 +83,7 @@ class _RuntimeCollectives(_WorkerCollectives):
     def _meet(self, kind, buffers, combine):
         _on_the_wire(kind, buffers)
 
+        @tf.autograph.experimental.do_not_convert  # plain Python, run when the graph runs
         def swap(*arrays):
             everyone = self.meeting.swap(self.rank, kind, arrays)
             return [combine([worker[i] for worker in everyone]) for i in range(len(arrays))]
