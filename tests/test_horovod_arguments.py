@@ -62,3 +62,27 @@ def test_the_engine_wants_horovod_initialised():
 def test_an_unknown_compressor_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match="compression must be a tfcomp compressor"):
         tfcomp.horovod.DistributedOptimizer(None, compression="dragonn")
+
+
+def test_momentum_and_advice_are_settled_at_construction():
+    # In a fresh interpreter, one rank (hvd.init() without horovodrun).
+    check = textwrap.dedent("""
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+        import tfcomp, tfcomp.horovod
+        hvd.init()
+        try:
+            tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9),
+                                                compression=tfcomp.EFSignSGD(momentum=0.9))
+        except ValueError as e:
+            print("refused:", e)
+        opt = tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9),
+                                                  compression=tfcomp.EFSignSGD)
+        print("bound:", opt.tfcomp_engine.exchange.compressor.momentum)
+        tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.Adam(), compression=tfcomp.TopK(0.01))
+        """)
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "refused:" in run.stdout and "compile the optimizer with momentum=0" in run.stdout, run.stdout
+    assert "bound: 0.9" in run.stdout, run.stdout
+    assert "TopK(ratio=0.01) under Adam" in run.stderr and "ratio>=0.1" in run.stderr, run.stderr[-2000:]

@@ -36,6 +36,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     del sparse_as_dense, device_sparse, name
     check_horovod_arguments(op, gradient_predivide_factor, groups or num_groups, process_set)
     engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
+    engine.exchange.bind_optimizer(optimizer)  # momentum="auto" resolved, and any advice given, here
 
     class _DistributedOptimizer:
         def __init__(self, *args, **kwargs):
