@@ -10,7 +10,7 @@ import tfcomp
 from tfcomp.exchange import FINITE_FLAG_BYTES
 from tfcomp.testing import processes
 from tfcomp.testing.local_cluster import run_workers
-from workload import assert_identical_weights, assert_trains_like_dense_with_momentum
+from workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
 
 STEPS = 32
 
@@ -50,11 +50,16 @@ def test_compressors_train_under_model_fit(tmp_path, compression, lr, workers, e
     assert results[0]["state_step"] == STEPS
 
 
+@pytest.fixture(scope="module")
+def dense_with_momentum(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("dense_with_momentum"), compression="NoCompression", **MOMENTUM_RUN)
+
+
 @pytest.mark.parametrize("compression, extra", [
     ("EFSignSGD", {}), ("DRAGONN", {**SPARSE, "warmup_steps": 8}), ("PowerSGD", {"rank": 4})])
-def test_sgd_with_momentum_trains_like_dense(tmp_path, compression, extra):
+def test_sgd_with_momentum_trains_like_dense(tmp_path, dense_with_momentum, compression, extra):
     """One compressor of each family under SGD(momentum=0.9), as users compile it."""
-    assert_trains_like_dense_with_momentum(train, tmp_path, compression, extra)
+    assert_trains_like_dense_with_momentum(train, tmp_path, dense_with_momentum, compression, extra)
 
 
 def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from tfcomp.testing import processes
 from tfcomp.testing.horovod_cluster import horovodrun
-from workload import assert_identical_weights, assert_trains_like_dense_with_momentum
+from workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
 
 STEPS = 32
 DENSE_BYTES = 4 * (64 * 64 + 64 + 64 * 10 + 10)
@@ -98,11 +98,16 @@ def test_compressors_train_under_model_fit(tmp_path, compression, lr, ranks, ext
             assert sum(n for _, n in reduced) < STEPS * DENSE_BYTES // 4, ops[:4]
 
 
+@pytest.fixture(scope="module")
+def dense_with_momentum(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("dense_with_momentum"), compression="NoCompression", **MOMENTUM_RUN)
+
+
 @pytest.mark.parametrize("compression, extra", [
     ("EFSignSGD", {}), ("DRAGONN", {**SPARSE, "warmup_steps": 8}), ("ACPSGD", {"rank": 4})])
-def test_sgd_with_momentum_trains_like_dense(tmp_path, compression, extra):
+def test_sgd_with_momentum_trains_like_dense(tmp_path, dense_with_momentum, compression, extra):
     """One compressor of each family under SGD(momentum=0.9), as users compile it."""
-    assert_trains_like_dense_with_momentum(train, tmp_path, compression, extra)
+    assert_trains_like_dense_with_momentum(train, tmp_path, dense_with_momentum, compression, extra)
 
 
 def test_custom_loop_with_the_tape(tmp_path):

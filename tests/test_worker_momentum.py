@@ -103,7 +103,10 @@ def test_advice_names_what_to_change():
     from tfcomp.optimizers import advice
     sgd = tf.keras.optimizers.SGD(LR, momentum=BETA)
     assert advice(tfcomp.EFSignSGD(), sgd) is None
-    assert advice(tfcomp.TopK(0.1), tf.keras.optimizers.Adam()) is None
+    assert "use SGD with momentum, or FP16" in advice(tfcomp.TopK(0.1), tf.keras.optimizers.Adam())
+    assert "use SGD with momentum, or FP16" in advice(tfcomp.PowerSGD(4), tf.keras.optimizers.Adam())
+    assert advice(tfcomp.FP16(), tf.keras.optimizers.Adam()) is None
+    assert advice(tfcomp.PowerSGD(4), sgd) is None
     assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), tf.keras.optimizers.Adam())
     assert "100x smaller" in advice(tfcomp.SignSGD(), sgd)
     assert advice(tfcomp.SignSGD(), tf.keras.optimizers.SGD(3e-4, momentum=BETA)) is None

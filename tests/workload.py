@@ -40,11 +40,14 @@ def training_accuracy(weights):
 MOMENTUM_TOLERANCE = 0.03  # accuracy on the 512 training examples after 96 steps (12 epochs)
 
 
-def assert_trains_like_dense_with_momentum(train, tmp_path, compression, extra):
+MOMENTUM_RUN = {"lr": 0.05, "momentum": 0.9, "steps": 96}
+
+
+def assert_trains_like_dense_with_momentum(train, tmp_path, dense, compression, extra):
     """train (an engine's test launcher) with compression under SGD(0.05, momentum=0.9)
-    reaches dense training's accuracy within MOMENTUM_TOLERANCE."""
-    dense = train(tmp_path / "dense", compression="NoCompression", lr=0.05, momentum=0.9, steps=96)
-    ours = train(tmp_path / "ours", compression=compression, lr=0.05, momentum=0.9, steps=96, **extra)
+    reaches the accuracy of dense (that launcher's NoCompression run with MOMENTUM_RUN)
+    within MOMENTUM_TOLERANCE."""
+    ours = train(tmp_path, compression=compression, **MOMENTUM_RUN, **extra)
     assert_identical_weights(ours)
     dense_accuracy, accuracy = training_accuracy(dense[0]["weights"]), training_accuracy(ours[0]["weights"])
     assert dense_accuracy > 0.9, dense_accuracy
