@@ -1,6 +1,6 @@
 """Convergence of every compressor against dense training, on the in-process emulator.
 
-    python -m benchmarks.convergence                  # everything (about 25 minutes on 2 cores)
+    python -m benchmarks.convergence                  # everything (about 35 minutes on 2 cores)
     python -m benchmarks.convergence --tasks=mlp --optimizers=sgd_momentum --settings=recommended
 
 For each task x optimizer (SGD with momentum 0.9, Adam; the learning rate
