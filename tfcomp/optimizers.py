@@ -18,13 +18,19 @@ SIGN_SGD_MAX_LEARNING_RATE = 1e-2
 _advised = set()
 
 
+def _innermost(optimizer):
+    """The optimizer a LossScaleOptimizer (or several) wraps; optimizer itself otherwise."""
+    while getattr(optimizer, "inner_optimizer", None) is not None:
+        optimizer = optimizer.inner_optimizer
+    return optimizer
+
+
 def sgd_momentum(optimizer):
     """The momentum of a Keras SGD optimizer (current or legacy, under a
     LossScaleOptimizer or not), 0.0 for SGD without it, None for anything else."""
     from keras.src.optimizers import sgd
     from keras.src.optimizers.legacy import gradient_descent
-    while getattr(optimizer, "inner_optimizer", None) is not None:
-        optimizer = optimizer.inner_optimizer
+    optimizer = _innermost(optimizer)
     if not isinstance(optimizer, (sgd.SGD, gradient_descent.SGD)):
         return None
     momentum = getattr(optimizer, "momentum", None)  # Keras' current SGD: a Python float
@@ -35,9 +41,8 @@ def sgd_momentum(optimizer):
 
 
 def learning_rate(optimizer):
-    """The optimizer's learning rate if it is a constant, else None (a schedule)."""
-    while getattr(optimizer, "inner_optimizer", None) is not None:
-        optimizer = optimizer.inner_optimizer
+    """The optimizer's current learning rate, or None if it cannot be read."""
+    optimizer = _innermost(optimizer)
     try:
         with tf.init_scope():
             return float(tf.keras.backend.get_value(optimizer.learning_rate))
@@ -49,7 +54,7 @@ def advice(compressor, optimizer):
     """What to change for a combination known to train worse than dense, or None."""
     name = type(compressor).__name__
     beta = sgd_momentum(optimizer)
-    clipping = [k for k in ("clipnorm", "clipvalue", "global_clipnorm") if getattr(optimizer, k, None)]
+    clipping = [k for k in ("clipnorm", "clipvalue", "global_clipnorm") if getattr(_innermost(optimizer), k, None)]
     if beta and clipping and isinstance(compressor, WorkerMomentum) and compressor.momentum == AUTO:
         return (f"{name} takes over the optimizer's momentum, and the optimizer's {clipping[0]} then clips "
                 f"what it is handed (the change of the averaged velocity), not the gradient. Clip the "

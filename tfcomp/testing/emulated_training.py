@@ -37,12 +37,11 @@ class History:
 
 
 def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_workers=2,
-          batch_per_worker=32, epochs=12, evals_per_epoch=1, seed=0, on_eval=None, **exchange_options):
+          batch_per_worker=32, epochs=12, evals_per_epoch=1, seed=0, **exchange_options):
     """Trains model with optimizer on data = ((x, y), (x_test, y_test)) across
     num_workers emulated workers; returns the History of metric_fn(y_test, model(x_test)).
 
-    loss_fn(y, outputs) is each worker's mean loss on its shard; on_eval(history)
-    is called after every evaluation (progress reports).
+    loss_fn(y, outputs) is each worker's mean loss on its shard.
     """
     (x, y), (x_test, y_test) = data
     emulator = Emulator(num_workers, compression, **exchange_options)
@@ -61,7 +60,7 @@ def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_w
             with tf.GradientTape() as tape:
                 loss = loss_fn(yb, model(xb, training=True))
             grads = tape.gradient(loss, variables)
-            return emulator.exchange.reduce(grads, names, emulator.states[rank], emulator.collectives(rank)), loss
+            return emulator.exchange.reduce(grads, names, emulator.states[rank], emulator.collectives(rank))
         return step
 
     steps = [worker_step(rank) for rank in range(num_workers)]
@@ -85,7 +84,7 @@ def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_w
             shards = [(x[batch[r::num_workers]], y[batch[r::num_workers]]) for r in range(num_workers)]
             start = time.perf_counter()
             results = emulator.run(steps, shards)
-            apply(results[0][0])
+            apply(results[0])
             seconds += time.perf_counter() - start
             step += 1
             if step % eval_every == 0 or step == steps_per_epoch * epochs:
@@ -94,6 +93,4 @@ def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_w
                 history.seconds.append(seconds)
                 history.metric.append(float(metric))
                 history.loss.append(float(loss))
-                if on_eval is not None:
-                    on_eval(history)
     return history
