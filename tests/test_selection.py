@@ -153,3 +153,28 @@ def test_bad_warmup_is_rejected(options, message):
 def test_bad_network_is_rejected():
     with pytest.raises(ValueError, match="bandwidth_gbps > 0"):
         Network(bandwidth_gbps=0)
+
+
+def test_shared_profile_survives_the_optimizer_taking_over_momentum():
+    """The workers share one compression profile at start; binding an SGD with
+    momentum then resolves DGC's momentum="auto" into another configuration.
+    Tensor selection must keep deciding from the shared profile: a worker that
+    measured its own could plan other payloads than its peers (seen as mismatched
+    collectives under MultiWorkerMirroredStrategy)."""
+    selection = EfficiencyAwareSelection(NET)
+    ex = Exchange(tfcomp.DGC(ratio=0.001), selection=selection, min_compress_elements=1)
+    selection.set_profile(ex.compressor, PROFILE)
+    selection.mark_shared()
+    before = [type(ex.plan(shape, tf.float32, 2)).__name__ for shape in [(16, 16), (4096, 1024)]]
+    ex.bind_optimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9))
+    assert ex.compressor.config() != ex.configured.config()
+    assert [type(ex.plan(shape, tf.float32, 2)).__name__ for shape in [(16, 16), (4096, 1024)]] == before
+    assert before == ["NoCompression", "DGC"]
+
+
+def test_shared_selection_refuses_an_unshared_compressor():
+    selection = EfficiencyAwareSelection(NET)
+    selection.set_profile(tfcomp.DGC(ratio=0.01), PROFILE)
+    selection.mark_shared()
+    with pytest.raises(RuntimeError, match="shared compression profiles"):
+        selection.worth_compressing(tfcomp.DRAGONN(ratio=0.01), (64, 64), tf.float32, 2)

@@ -38,3 +38,4 @@ def share_compression_profile(exchange, average):
     local = selection.profile(exchange.compressor)
     shared = [float(s) for s in average(local.seconds)]
     selection.set_profile(exchange.compressor, CompressionProfile(local.sizes, shared))
+    selection.mark_shared()

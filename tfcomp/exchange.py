@@ -83,6 +83,8 @@ class Exchange:
             raise ValueError(f"this exchange already runs {self._bound!r} for another optimizer; "
                              f"{optimizer!r} would need {resolved!r}. Use one strategy or "
                              "DistributedOptimizer per optimizer.")
+        if self.selection:  # worker momentum adds no compression time worth a new, unshared profile
+            self.selection.same_profile(resolved, self.configured)
         self._bound = self.compressor = resolved
 
     def plan(self, shape, dtype, num_workers):

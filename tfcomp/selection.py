@@ -140,6 +140,10 @@ class CompressionProfile:
         return profile
 
 
+def _key(compressor):
+    return json.dumps(compressor.config(), sort_keys=True, default=str)
+
+
 def machine():
     """The processor model and GPUs profiles are measured on, so that a cache in a
     home directory that several kinds of machine share keeps their profiles apart."""
@@ -167,16 +171,35 @@ class EfficiencyAwareSelection:
     def __init__(self, network=None, profiles=None):
         self.network = network or Network()
         self._profiles = dict(profiles or {})
+        self._shared = False
 
     def profile(self, compressor):
-        key = json.dumps(compressor.config(), sort_keys=True, default=str)
+        key = _key(compressor)
         if key not in self._profiles:
+            if self._shared:
+                # One worker's own measurement can tip a borderline tensor the other
+                # way than on its peers: their payloads, and collectives, would differ.
+                raise RuntimeError(
+                    f"tfcomp: the workers shared compression profiles for {sorted(self._profiles)}, not "
+                    f"for {key}; deciding from this worker's own measurement could plan other "
+                    "payloads than its peers'. Share the profile of every compressor the exchange runs.")
             with tf.init_scope():  # measured eagerly even when asked while a step is traced
                 self._profiles[key] = CompressionProfile.cached(compressor)
         return self._profiles[key]
 
     def set_profile(self, compressor, profile):
-        self._profiles[json.dumps(compressor.config(), sort_keys=True, default=str)] = profile
+        self._profiles[_key(compressor)] = profile
+
+    def mark_shared(self):
+        """The profiles are the workers' shared ones: from now on a compressor
+        without one is an error, not a local measurement."""
+        self._shared = True
+
+    def same_profile(self, compressor, like):
+        """compressor is timed as like is (a compressor that differs from like only
+        in what does not change its compression time, such as resolved momentum)."""
+        if _key(compressor) != _key(like):
+            self.set_profile(compressor, self.profile(like))
 
     def saving_seconds(self, compressor, shape, dtype, num_workers):
         """Network time saved minus compression time (positive: compress)."""
