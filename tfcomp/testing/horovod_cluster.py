@@ -43,3 +43,53 @@ def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=(
     results = [load_result(out_dir / f"rank{r}.json") for r in range(num_ranks)]
     return code, log_path.read_text(), results
 
+
+
+def horovod_ranks(module, cluster, args, out_dir, timeout=240, stop_on_failure_s=None):
+    """Runs `python -m module --out=out_dir args` as one Horovod rank (Gloo) per
+    worker of an emulated cluster (tfcomp.testing.netns_cluster): what horovodrun
+    does for remote hosts, with `ip netns exec` in place of ssh. The rendezvous
+    server runs in this process, on the launcher's address.
+
+    Returns (exit codes, logs, [each rank's out_dir/rank<r>.json or None]).
+    """
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts  # pylint: disable=import-outside-toplevel
+    from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars  # pylint: disable=import-outside-toplevel
+    from horovod.runner.http.http_server import RendezvousServer  # pylint: disable=import-outside-toplevel
+    from tfcomp.testing.local_cluster import _wait  # pylint: disable=import-outside-toplevel
+    from tfcomp.testing.netns_cluster import WORKER_DEVICE  # pylint: disable=import-outside-toplevel
+
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("rank*.json"):
+        stale.unlink()
+    num_ranks = len(cluster.worker_hosts)
+    plan = get_host_assignments(parse_hosts(",".join(f"{h}:1" for h in cluster.worker_hosts)), num_ranks)
+    server = RendezvousServer()
+    port = server.start()
+    server.init(plan)
+    procs, logs = [], []
+    try:
+        for slot in plan:
+            worker = cluster.worker_hosts.index(slot.hostname)
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
+                       PYTHONUNBUFFERED="1", **{k: str(v) for k, v in create_run_env_vars(
+                           cluster.launcher_host, [WORKER_DEVICE], port).items()},
+                       **create_slot_env_vars(slot))
+            env.pop("TF_CONFIG", None)
+            log = open(out_dir / f"rank{slot.rank}.log", "w")
+            logs.append(log)
+            command = [*cluster.prefix(worker), sys.executable, "-m", module, f"--out={out_dir}", *args]
+            procs.append(subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+        _wait(procs, timeout, stop_on_failure_s)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            log.close()
+        server.stop()
+    texts = [(out_dir / f"rank{r}.log").read_text() for r in range(len(procs))]
+    return ([p.returncode for p in procs], texts,
+            [load_result(out_dir / f"rank{r}.json") for r in range(num_ranks)])

@@ -21,17 +21,22 @@ def free_ports(n):
     return ports
 
 
-def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args=None, prefix=()):
+def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args=None, prefix=(),
+                hosts=None, prefixes=None, stop_on_failure_s=None):
     """Starts `python -m module --out=... args` as K workers.
 
     Returns (exit codes, logs, JSON results); a worker still running after
     timeout seconds is killed (its code is then negative). per_worker_args[t]
     is added to worker t's arguments; prefix runs each worker under a command
-    (for example `ip netns exec NAME`).
+    (for example `ip netns exec NAME`), prefixes[t] worker t alone; hosts[t] is
+    worker t's address (default localhost). With stop_on_failure_s, once a
+    worker has failed the others get that many seconds to end before they are
+    killed (they would otherwise wait in a collective until the timeout).
     """
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cluster = {"worker": [f"localhost:{p}" for p in free_ports(num_workers)]}
+    hosts = hosts or ["localhost"] * num_workers
+    cluster = {"worker": [f"{host}:{p}" for host, p in zip(hosts, free_ports(num_workers))]}
     for stale in out_dir.glob("worker*.json"):
         stale.unlink()
     procs = []
@@ -40,14 +45,11 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
                    TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
         log = open(out_dir / f"worker{task}.log", "w")
         extra = per_worker_args[task] if per_worker_args else []
-        command = [*prefix, sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
+        launcher = prefixes[task] if prefixes else prefix
+        command = [*launcher, sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
         procs.append((subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
-    deadline = time.monotonic() + timeout
     try:
-        for proc, _ in procs:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
+        _wait([proc for proc, _ in procs], timeout, stop_on_failure_s)
     finally:
         for proc, log in procs:
             if proc.poll() is None:
@@ -57,6 +59,15 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
     codes = [proc.returncode for proc, _ in procs]
     logs = [(out_dir / f"worker{t}.log").read_text() for t in range(num_workers)]
     return codes, logs, [load_result(out_dir / f"worker{t}.json") for t in range(num_workers)]
+
+
+def _wait(procs, timeout, stop_on_failure_s):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        if stop_on_failure_s is not None and any(p.poll() not in (None, 0) for p in procs):
+            deadline = min(deadline, time.monotonic() + stop_on_failure_s)
+            stop_on_failure_s = None
+        time.sleep(0.1)
 
 
 def load_result(path):

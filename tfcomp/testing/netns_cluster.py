@@ -1,0 +1,170 @@
+"""An emulated cluster on one machine: each worker in a network namespace of its
+own, with its own address on a veth pair whose far end joins a bridge (in a
+namespace of its own), like a NIC on a switch. Needs root.
+
+A rate shapes each worker's link in both directions (tc tbf on the worker's
+end for what it sends, on the bridge's end for what it receives), so two
+workers sending to each other at once each get the full rate, as on a
+full-duplex switch port. The launcher (this process, in the root namespace)
+reaches the workers through one more, unshaped, veth pair into the bridge:
+Horovod's rendezvous server listens there.
+
+Everything is created under one random name and removed on exit, whatever
+happened inside: processes still running in a worker's namespace are killed,
+and deleting the namespaces deletes their links.
+"""
+import contextlib
+import dataclasses
+import ipaddress
+import os
+import pathlib
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import uuid
+
+# tbf needs a burst above the link's MTU; 256 kB held every rate from 100 Mbit/s up.
+BURST = "256kb"
+LATENCY = "10ms"
+WORKER_DEVICE = "eth0"
+NETNS_ETC = pathlib.Path("/etc/netns")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    name: str
+    worker_hosts: tuple  # each worker's address
+    launcher_host: str  # the launcher's address, reachable from every worker
+    rate: object  # tc rate of each worker's link ("1gbit"), or None: unshaped
+
+    def prefix(self, worker):
+        """The command prefix that runs a process as this worker."""
+        return ("ip", "netns", "exec", self.worker_namespace(worker))
+
+    def worker_namespace(self, worker):
+        return f"{self.name}-w{worker}"
+
+    @property
+    def bridge_namespace(self):
+        return f"{self.name}-br"
+
+    def qdisc(self, worker):
+        """`tc -s qdisc` of the worker's shaped device (what the link actually did)."""
+        return _run("ip", "netns", "exec", self.worker_namespace(worker), "tc", "-s", "qdisc", "show",
+                    "dev", WORKER_DEVICE)
+
+
+def _run(*command):
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(command)}` failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
+
+
+def _subnet():
+    """A /24 in 10.0.0.0/8 that no route of this machine covers."""
+    taken = [ipaddress.ip_network(line.split()[0], strict=False)
+             for line in _run("ip", "-4", "route", "show").splitlines()
+             if line and line.split()[0][0].isdigit()]
+    rng = random.Random(uuid.uuid4().int)
+    for _ in range(100):
+        net = ipaddress.ip_network(f"10.{rng.randrange(100, 250)}.{rng.randrange(0, 256)}.0/24")
+        if not any(net.overlaps(t) for t in taken):
+            return net
+    raise RuntimeError("no free 10.x.y.0/24 subnet for the emulated cluster")
+
+
+def _shape(namespace, device, rate):
+    _run("ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device, "root", "tbf",
+         "rate", rate, "burst", BURST, "latency", LATENCY)
+
+
+@contextlib.contextmanager
+def emulated_cluster(num_workers, rate=None):
+    """Yields a Cluster of num_workers namespaces, each link shaped to rate (tc
+    notation: "1gbit", "500mbit") or unshaped (None); removed on exit."""
+    if os.geteuid() != 0:
+        raise PermissionError("emulating a cluster needs root (network namespaces, veth, tc)")
+    if num_workers < 1:
+        raise ValueError(f"need at least one worker, got {num_workers}")
+    tag = uuid.uuid4().hex[:6]
+    name = f"tfc{tag}"
+    net = _subnet()
+    hosts = [str(net[i + 1]) for i in range(num_workers)]
+    cluster = Cluster(name, tuple(hosts), str(net[254]), rate)
+    created = []
+    try:
+        bridge = cluster.bridge_namespace
+        _run("ip", "netns", "add", bridge)
+        created.append(bridge)
+        _run("ip", "-n", bridge, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", bridge, "link", "set", "br0", "up")
+        for w, host in enumerate(hosts):
+            ns = cluster.worker_namespace(w)
+            _run("ip", "netns", "add", ns)
+            created.append(ns)
+            _resolve_hostname_to(ns, host)
+            worker_end, bridge_end = f"{name}w{w}", f"{name}b{w}"  # at most 15 characters
+            _run("ip", "link", "add", worker_end, "type", "veth", "peer", "name", bridge_end)
+            _run("ip", "link", "set", worker_end, "netns", ns)
+            _run("ip", "link", "set", bridge_end, "netns", bridge)
+            _run("ip", "-n", ns, "link", "set", worker_end, "name", WORKER_DEVICE)
+            _run("ip", "-n", ns, "addr", "add", f"{host}/{net.prefixlen}", "dev", WORKER_DEVICE)
+            _run("ip", "-n", ns, "link", "set", WORKER_DEVICE, "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            _run("ip", "-n", bridge, "link", "set", bridge_end, "master", "br0")
+            _run("ip", "-n", bridge, "link", "set", bridge_end, "up")
+            if rate:
+                _shape(ns, WORKER_DEVICE, rate)
+                _shape(bridge, bridge_end, rate)
+        launcher_end, launcher_bridge_end = f"{name}l", f"{name}lb"
+        _run("ip", "link", "add", launcher_end, "type", "veth", "peer", "name", launcher_bridge_end)
+        created.append(launcher_end)  # deleting either end deletes the pair
+        _run("ip", "link", "set", launcher_bridge_end, "netns", bridge)
+        _run("ip", "-n", bridge, "link", "set", launcher_bridge_end, "master", "br0")
+        _run("ip", "-n", bridge, "link", "set", launcher_bridge_end, "up")
+        _run("ip", "addr", "add", f"{cluster.launcher_host}/{net.prefixlen}", "dev", launcher_end)
+        _run("ip", "link", "set", launcher_end, "up")
+        yield cluster
+    finally:
+        _remove(created)
+
+
+def _resolve_hostname_to(namespace, address):
+    """Inside the namespace this machine's hostname resolves to the worker's
+    address (`ip netns exec` mounts /etc/netns/NAME/hosts over /etc/hosts): Gloo
+    contexts that Horovod builds without an interface name (its process sets)
+    bind to the hostname's address, which is loopback outside."""
+    name = socket.gethostname()
+    try:
+        others = [line for line in pathlib.Path("/etc/hosts").read_text().splitlines()
+                  if name not in line.split()]
+    except OSError:
+        others = ["127.0.0.1 localhost"]
+    directory = NETNS_ETC / namespace
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "hosts").write_text("\n".join([f"{address} {name}", *others]) + "\n")
+
+
+def _remove(created):
+    for entry in reversed(created):
+        if entry.startswith("tfc") and "-" in entry:  # a namespace
+            shutil.rmtree(NETNS_ETC / entry, ignore_errors=True)
+            for pid in subprocess.run(["ip", "netns", "pids", entry], capture_output=True,
+                                      text=True).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            subprocess.run(["ip", "netns", "delete", entry], capture_output=True)
+        else:
+            subprocess.run(["ip", "link", "delete", entry], capture_output=True)
+
+
+def leftovers():
+    """Namespaces and links this module made that still exist (none, after every cluster)."""
+    namespaces = [line.split()[0] for line in _run("ip", "netns", "list").splitlines()
+                  if line.startswith("tfc") and "-" in line.split()[0]]
+    links = [line.split(":")[1].strip().split("@")[0] for line in _run("ip", "-o", "link", "show").splitlines()
+             if line.split(":")[1].strip().startswith("tfc")]
+    return namespaces + links
