@@ -30,7 +30,7 @@ def main(argv):
     unchecked.check_finite = False
     with strategy.scope():
         model = digits.build()
-        optimizer = tf.keras.optimizers.SGD(FLAGS.lr * job.LEARNING_RATE_SCALE.get(FLAGS.compression, 1.0),
+        optimizer = tf.keras.optimizers.SGD(job.learning_rate(),
                                             momentum=0.9)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     ds = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(len(x_train), seed=0)

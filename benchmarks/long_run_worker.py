@@ -33,7 +33,7 @@ def main(argv):
     if FLAGS.warmup >= FLAGS.steps:
         raise app.UsageError(f"--warmup ({FLAGS.warmup}) must be less than --steps ({FLAGS.steps})")
     (x_train, y_train), _ = digits.load()
-    lr = FLAGS.lr * main_job_worker.LEARNING_RATE_SCALE.get(FLAGS.compression, 1.0)
+    lr = main_job_worker.learning_rate()
     compile_model = (main_job_worker.compile_for_horovod if FLAGS.engine == "horovod"
                      else main_job_worker.compile_for_tf_distribute)
     model, payload_bytes = compile_model(lr)

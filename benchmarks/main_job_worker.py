@@ -21,7 +21,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path (with --engine=horovod: a directory for rank<r>.json).")
 flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"],
                   "MultiWorkerMirroredStrategy workers (TF_CONFIG), or Horovod ranks (under horovodrun).")
-flags.DEFINE_string("compression", "none", "'none' (tf.distribute's strategy) or a tfcomp compressor name.")
+flags.DEFINE_string("compression", "none", "'none' (tf.distribute's strategy) or a tfcomp compressor name, "
+                    "optionally with knobs: 'DGC:ratio=0.001', 'PowerSGD:rank=2'.")
 flags.DEFINE_integer("epochs", 8, "Training epochs (the first is not timed).", lower_bound=2)
 flags.DEFINE_integer("global_batch", 64, "Global batch size.")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate (momentum 0.9).")
@@ -39,20 +40,42 @@ SPARSE_RATIO = 0.01
 RANK = 4
 
 
-def strategy_options(name):
-    """The compressor, and for the sparsifiers tensor selection planned for this link."""
+def parse_compression(spec):
+    """'DGC' or 'DGC:ratio=0.001' (knobs as name=value, ':'-separated) -> (name, knobs)."""
+    name, *pairs = spec.split(":")
+    knobs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"compression knobs are name=value, got {pair!r} in {spec!r}")
+        try:
+            knobs[key] = int(value)
+        except ValueError:
+            knobs[key] = float(value)
+    return name, knobs
+
+
+def strategy_options(spec):
+    """The compressor (a spec for parse_compression; the main job's ratio and rank
+    unless given), and for the sparsifiers tensor selection planned for this link."""
+    name, knobs = parse_compression(spec)
     cls = getattr(tfcomp, name)
     options = {"check_finite": FLAGS.check_finite}
     if issubclass(cls, LowRank):
-        return {"compression": cls(RANK), **options}
+        return {"compression": cls(knobs.pop("rank", RANK), **knobs), **options}
     if not issubclass(cls, Sparsifier):
-        return {"compression": cls, **options}
+        return {"compression": cls(**knobs) if knobs else cls, **options}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))
-    return {"compression": cls(ratio=SPARSE_RATIO), "selection": selection, **options}
+    return {"compression": cls(**{"ratio": SPARSE_RATIO, **knobs}), "selection": selection, **options}
 
 
-def compile_for_tf_distribute(lr):
-    """The model compiled under tf.distribute's strategy or tfcomp's; returns (model, payload_bytes)."""
+def _loss():
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def compile_for_tf_distribute(lr, build=digits.build, loss=_loss):
+    """The model (build()) compiled under tf.distribute's strategy or tfcomp's;
+    returns (model, payload_bytes)."""
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.collective_timeout_s)
     if FLAGS.compression == "none":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
@@ -60,14 +83,14 @@ def compile_for_tf_distribute(lr):
         strategy = tfcomp.distribute.MultiWorkerMirroredStrategy(
             communication_options=options, **strategy_options(FLAGS.compression))
     with strategy.scope():
-        model = digits.build()
-        model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9),
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = build()
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9), loss=loss())
     return model, strategy.payload_bytes if FLAGS.compression != "none" else None
 
 
-def compile_for_horovod(lr):
-    """The model compiled with Horovod's optimizer wrapper or tfcomp's; returns (model, payload_bytes)."""
+def compile_for_horovod(lr, build=digits.build, loss=_loss):
+    """The model (build()) compiled with Horovod's optimizer wrapper or tfcomp's;
+    returns (model, payload_bytes)."""
     import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
     import tfcomp.horovod  # pylint: disable=import-outside-toplevel,redefined-outer-name
     hvd.init()
@@ -76,8 +99,8 @@ def compile_for_horovod(lr):
         optimizer = hvd.DistributedOptimizer(optimizer)
     else:
         optimizer = tfcomp.horovod.DistributedOptimizer(optimizer, **strategy_options(FLAGS.compression))
-    model = digits.build()
-    model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = build()
+    model.compile(optimizer=optimizer, loss=loss())
     return model, optimizer.tfcomp_engine.payload_bytes if FLAGS.compression != "none" else None
 
 
@@ -96,6 +119,10 @@ def batches(x_train, y_train):
     return ds.with_options(opts)
 
 
+def learning_rate():
+    return FLAGS.lr * LEARNING_RATE_SCALE.get(parse_compression(FLAGS.compression)[0], 1.0)
+
+
 def result_path():
     """tf.distribute's workers get a file each; Horovod's ranks share the command line and a directory."""
     if FLAGS.engine == "horovod":
@@ -109,7 +136,7 @@ def result_path():
 def main(argv):
     del argv
     (x_train, y_train), (x_test, y_test) = digits.load()
-    lr = FLAGS.lr * LEARNING_RATE_SCALE.get(FLAGS.compression, 1.0)
+    lr = learning_rate()
     compile_model = compile_for_horovod if FLAGS.engine == "horovod" else compile_for_tf_distribute
     model, payload_bytes = compile_model(lr)
     timer = StepTimes()

@@ -61,7 +61,7 @@ def main(argv):
     else:
         strategy = tfcomp.distribute.MultiWorkerMirroredStrategy(
             communication_options=options, **job.strategy_options(FLAGS.compression))
-    lr = FLAGS.lr * job.LEARNING_RATE_SCALE.get(FLAGS.compression, 1.0)
+    lr = job.learning_rate()
     with strategy.scope():
         model = digits.build()
         model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9),

@@ -19,6 +19,7 @@ import ipaddress
 import os
 import pathlib
 import random
+import re
 import shutil
 import signal
 import socket
@@ -50,10 +51,16 @@ class Cluster:
     def bridge_namespace(self):
         return f"{self.name}-br"
 
-    def qdisc(self, worker):
-        """`tc -s qdisc` of the worker's shaped device (what the link actually did)."""
-        return _run("ip", "netns", "exec", self.worker_namespace(worker), "tc", "-s", "qdisc", "show",
+    def link_stats(self, worker):
+        """What the worker's device did so far: {"qdisc": its root qdisc ("tbf"
+        when shaped), "rate": tc's rate or None, "sent_bytes", "dropped"}."""
+        text = _run("ip", "netns", "exec", self.worker_namespace(worker), "tc", "-s", "qdisc", "show",
                     "dev", WORKER_DEVICE)
+        words = text.split()
+        rate = words[words.index("rate") + 1] if "rate" in words else None
+        sent = int(words[words.index("Sent") + 1])
+        dropped = int(words[words.index("(dropped") + 1].rstrip(","))
+        return {"qdisc": words[1], "rate": rate, "sent_bytes": sent, "dropped": dropped}
 
 
 def _run(*command):
@@ -150,7 +157,7 @@ def _resolve_hostname_to(namespace, address):
 
 def _remove(created):
     for entry in reversed(created):
-        if entry.startswith("tfc") and "-" in entry:  # a namespace
+        if "-" in entry:  # a namespace (links have no dash)
             shutil.rmtree(NETNS_ETC / entry, ignore_errors=True)
             for pid in subprocess.run(["ip", "netns", "pids", entry], capture_output=True,
                                       text=True).stdout.split():
@@ -161,10 +168,11 @@ def _remove(created):
             subprocess.run(["ip", "link", "delete", entry], capture_output=True)
 
 
+_OURS = re.compile(r"tfc[0-9a-f]{6}(-br|-w\d+|[wb]\d+|lb?)$")
+
+
 def leftovers():
     """Namespaces and links this module made that still exist (none, after every cluster)."""
-    namespaces = [line.split()[0] for line in _run("ip", "netns", "list").splitlines()
-                  if line.startswith("tfc") and "-" in line.split()[0]]
-    links = [line.split(":")[1].strip().split("@")[0] for line in _run("ip", "-o", "link", "show").splitlines()
-             if line.split(":")[1].strip().startswith("tfc")]
-    return namespaces + links
+    namespaces = [line.split()[0] for line in _run("ip", "netns", "list").splitlines()]
+    links = [line.split(":")[1].strip().split("@")[0] for line in _run("ip", "-o", "link", "show").splitlines()]
+    return [name for name in namespaces + links if _OURS.match(name)]

@@ -1,0 +1,217 @@
+"""End-to-end benchmark: reference models (models/registry.py) trained by real
+worker processes over emulated links, dense and with each compressor, for time
+per step, traffic, phase breakdown and time to accuracy.
+
+    python -m benchmarks.e2e --models=xml --compressors=none,DGC:ratio=0.001 \\
+        --links=unlimited,1gbit --workers=2 --engines=tf.distribute
+
+Every (engine, workers, link) gets its own emulated cluster (one network
+namespace per worker, veth pairs to a bridge, each link shaped both ways with
+tc tbf: tfcomp.testing.netns_cluster; needs root), first probed for the latency
+and bandwidth its collectives actually get. Each finished run is appended to
+OUTPUT/runs.jsonl at once, so a grid that stopped resumes where it stopped (runs
+already there are skipped); OUTPUT/e2e.md and the PNG plots are rewritten from
+that file after every run. Namespaces and worker processes are removed on exit,
+also after Ctrl-C or a failed worker.
+"""
+import json
+import pathlib
+import signal
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+from benchmarks import e2e_report
+from models import registry
+from tfcomp.analysis.link_fit import fit_link
+from tfcomp.testing import netns_cluster
+from tfcomp.testing.horovod_cluster import horovod_ranks
+from tfcomp.testing.local_cluster import run_workers
+from tfcomp.testing.slow_link import emulated_link
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("models", ["digits_mlp"], "Models of models/registry.py.")
+flags.DEFINE_string("size", "small", "The models' size setting (small, full; some models have more).")
+flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "PowerSGD"],
+                  "'none' (the engine's own dense allreduce) or tfcomp compressors, each optionally with "
+                  "knobs: 'DGC:ratio=0.001', 'PowerSGD:rank=2'.")
+flags.DEFINE_list("engines", ["tf.distribute"], "tf.distribute (MultiWorkerMirroredStrategy workers) and/or "
+                  "horovod (Horovod ranks over Gloo).")
+flags.DEFINE_list("workers", ["2"], "Worker counts.")
+flags.DEFINE_list("links", ["unlimited", "1gbit"], "Each worker's link: 'unlimited' (unshaped veth) or a tc "
+                  "rate (2gbit, 1gbit, 500mbit, 100mbit).")
+flags.DEFINE_bool("shared_loopback", False, "Instead of a cluster, run all workers on one namespace's "
+                  "loopback shaped to the rate: all workers and both directions share one budget, unlike a "
+                  "network. Kept for comparison with the main job; recorded as link_mode=shared_loopback.")
+flags.DEFINE_integer("steps", 300, "Training steps per run.", lower_bound=2)
+flags.DEFINE_integer("warmup", 20, "Steps not timed.", lower_bound=1)
+flags.DEFINE_integer("eval_every", 50, "Steps between test-accuracy evaluations.", lower_bound=1)
+flags.DEFINE_integer("global_batch", None, "Global batch size (default: the model's, models/registry.py).",
+                     lower_bound=1)
+flags.DEFINE_float("lr", None, "SGD learning rate, momentum 0.9 (default: the model's, models/registry.py).")
+flags.DEFINE_integer("timeline_steps", 10, "Steps after warm-up each worker records with tfcomp's Timeline "
+                     "for the phase breakdown (0: none); they are left out of the step times.", lower_bound=0)
+flags.DEFINE_bool("probe", True, "Probe each cluster's allreduce and allgather latency and bandwidth first.")
+flags.DEFINE_integer("probe_max_bytes", 4 << 20, "Largest probe message per worker.")
+flags.DEFINE_float("target_fraction", 0.97, "Time to accuracy is to this fraction of dense training's final "
+                   "test accuracy on the same model (the best over the grid's dense runs).")
+flags.DEFINE_string("output", "benchmarks/results/e2e", "Directory for runs.jsonl, e2e.md and the plots.")
+flags.DEFINE_bool("resume", True, "Skip runs already in OUTPUT/runs.jsonl (false: start the file anew).")
+flags.DEFINE_integer("timeout_s", 900, "Per-run limit; workers still running then are killed.", lower_bound=10)
+
+def _rate(link):
+    return None if link == "unlimited" else link
+
+
+def run_key(record):
+    return tuple(record[k] for k in ("model", "size", "compression", "engine", "workers", "link", "link_mode"))
+
+
+def load_runs(path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Launcher:
+    """Runs a module's workers on one emulated cluster (or shaped loopback) with one engine."""
+
+    def __init__(self, engine, workers, cluster=None, prefix=()):
+        self.engine, self.workers, self.cluster, self.prefix = engine, workers, cluster, prefix
+
+    def link_stats(self, before=None):
+        """Worker 0's device: its qdisc and rate, and bytes sent and packets dropped
+        since before (another link_stats). None on shaped loopback."""
+        if self.cluster is None:
+            return None
+        stats = self.cluster.link_stats(0)
+        if before:
+            stats["sent_bytes"] -= before["sent_bytes"]
+            stats["dropped"] -= before["dropped"]
+        return stats
+
+    def run(self, module, args, out_dir):
+        """(ok, worker 0's result, log tail)."""
+        args = [*args, f"--engine={self.engine}"]
+        if self.cluster is None:  # shaped loopback
+            hosts, prefixes = None, [self.prefix] * self.workers
+        else:
+            hosts, prefixes = self.cluster.worker_hosts, [self.cluster.prefix(w) for w in range(self.workers)]
+        if self.engine == "horovod":
+            if self.cluster is None:
+                raise app.UsageError("--shared_loopback runs tf.distribute only")
+            codes, logs, results = horovod_ranks(module, self.cluster, args, out_dir, timeout=FLAGS.timeout_s,
+                                                 stop_on_failure_s=20)
+        else:
+            codes, logs, results = run_workers(module, self.workers, args, out_dir, timeout=FLAGS.timeout_s,
+                                               hosts=hosts, prefixes=prefixes, stop_on_failure_s=20)
+        ok = all(c == 0 for c in codes) and None not in results
+        failed = next((i for i, c in enumerate(codes) if c != 0), 0)
+        return ok, results[0], "" if ok else f"exit codes {codes}; worker {failed}:\n{logs[failed][-3000:]}"
+
+
+def probe(launcher, work_dir):
+    ok, result, log = launcher.run("benchmarks.link_probe_worker", [f"--max_bytes={FLAGS.probe_max_bytes}"],
+                                   work_dir / "probe")
+    if not ok:
+        raise RuntimeError(f"the link probe failed: {log}")
+    fitted = {}
+    for kind in ("allreduce", "allgather"):
+        link, error = fit_link(result[kind], kind, launcher.workers)
+        fitted[kind] = {"alpha_us": 1e6 * link.alpha_s, "gbps": 8 * link.bandwidth_bytes_per_s / 1e9,
+                        "fit_rms_relative_error": error, "samples": result[kind]}
+    return fitted
+
+
+def grid():
+    for engine in FLAGS.engines:
+        for workers in (int(w) for w in FLAGS.workers):
+            for link in FLAGS.links:
+                yield engine, workers, link, [(m, c) for m in FLAGS.models for c in FLAGS.compressors]
+
+
+def _cluster(workers, link):
+    if FLAGS.shared_loopback:
+        return emulated_link(_rate(link) or "100gbit")
+    return netns_cluster.emulated_cluster(workers, _rate(link))
+
+
+def main(argv):
+    del argv
+    for engine in FLAGS.engines:
+        if engine not in ("tf.distribute", "horovod"):
+            raise app.UsageError(f"--engines takes tf.distribute and horovod, got {engine!r}")
+    for model in FLAGS.models:
+        if model not in registry.MODELS or FLAGS.size not in registry.MODELS[model].sizes:
+            raise app.UsageError(f"no model {model!r} of size {FLAGS.size!r}; models/registry.py has "
+                                 + ", ".join(f"{n} ({', '.join(s.sizes)})" for n, s in registry.MODELS.items()))
+    for link in FLAGS.links:
+        try:
+            e2e_report.nominal_gbps(link)
+        except ValueError as err:
+            raise app.UsageError(f"--links: {err}") from err
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cleans up as Ctrl-C does
+    out = pathlib.Path(FLAGS.output)
+    out.mkdir(parents=True, exist_ok=True)
+    runs_path = out / "runs.jsonl"
+    if not FLAGS.resume and runs_path.exists():
+        runs_path.unlink()
+    done = {run_key(r) for r in load_runs(runs_path) if r.get("status") == "ok"}
+    mode = "shared_loopback" if FLAGS.shared_loopback else "cluster"
+    total = sum(len(runs) for *_, runs in grid())
+    index = 0
+    with tempfile.TemporaryDirectory(prefix="tfcomp-e2e-") as tmp:
+        for engine, workers, link, runs in grid():
+            keys = [(m, FLAGS.size, c, engine, workers, link, mode) for m, c in runs]
+            if all(k in done for k in keys):
+                index += len(runs)
+                continue
+            with _cluster(workers, link) as cluster:
+                launcher = (Launcher(engine, workers, prefix=cluster) if FLAGS.shared_loopback
+                            else Launcher(engine, workers, cluster=cluster))
+                work_dir = pathlib.Path(tmp) / f"{engine}-{workers}-{link}"
+                measured = probe(launcher, work_dir) if FLAGS.probe else None
+                plan_gbps = measured["allreduce"]["gbps"] if measured else e2e_report.nominal_gbps(link)
+                for (model, compression), key in zip(runs, keys):
+                    index += 1
+                    if key in done:
+                        continue
+                    record = dict(zip(("model", "size", "compression", "engine", "workers", "link", "link_mode"),
+                                      key), probe=measured)
+                    before = launcher.link_stats()
+                    started = time.monotonic()
+                    spec = registry.MODELS[model]
+                    ok, result, log = launcher.run("benchmarks.e2e_worker", [
+                        f"--model={model}", f"--size={FLAGS.size}", f"--compression={compression}",
+                        f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--eval_every={FLAGS.eval_every}",
+                        f"--global_batch={FLAGS.global_batch or spec.batch_size}",
+                        f"--lr={FLAGS.lr if FLAGS.lr is not None else spec.learning_rate}",
+                        f"--bandwidth_gbps={plan_gbps}", f"--timeline_steps={FLAGS.timeline_steps}"],
+                        work_dir / f"{model}-{compression.replace(':', '_')}")
+                    record.update(result or {}, status="ok" if ok else "failed", error=log or None,
+                                  wall_s=time.monotonic() - started, command=_command())
+                    record["link_worker0"] = launcher.link_stats(before)
+                    with open(runs_path, "a") as f:
+                        f.write(json.dumps(record) + "\n")
+                    print(f"[{index}/{total}] {_describe(record)}", flush=True)
+                    e2e_report.write(load_runs(runs_path), out, FLAGS.target_fraction)
+    print(f"\nResults: {runs_path}, {out / 'e2e.md'} and the plots beside them.")
+
+
+def _command():
+    return " ".join(["python", "-m", "benchmarks.e2e", *sys.argv[1:]])
+
+
+def _describe(r):
+    where = f"{r['model']} ({r['size']}) · {r['compression']} · {r['engine']} · {r['workers']} workers · {r['link']}"
+    if r["status"] != "ok":
+        return f"{where}: FAILED ({r['error'].splitlines()[0]})"
+    return (f"{where}: {r['step_ms']:.1f} ms/step (p10 {r['step_ms_p10']:.1f}, p90 {r['step_ms_p90']:.1f}), "
+            f"sends {r['dense_bytes'] / r['bytes_per_step']:.1f}x less than dense, final accuracy "
+            f"{r['final_accuracy']:.3f}, {r['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    app.run(main)

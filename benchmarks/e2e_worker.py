@@ -1,0 +1,117 @@
+"""One worker of the end-to-end benchmark (benchmarks/e2e.py): trains a
+reference model (models/registry.py) on its synthetic task under model.fit, as
+a MultiWorkerMirroredStrategy worker or a Horovod rank (compiled as the main
+job's workers are), evaluating test accuracy every --eval_every steps, and
+writes JSON: step times after warm-up, bytes sent per step, the Timeline's
+phase breakdown and the accuracy curve against training wall time.
+
+Of main_job_worker's flags, --out, --engine, --compression, --global_batch,
+--lr, --bandwidth_gbps, --timeline_steps and --check_finite apply.
+"""
+import json
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+import tfcomp
+from benchmarks import main_job_worker
+from benchmarks.harness import StepTimes
+from models import registry
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", "digits_mlp", "A model of models/registry.py.")
+flags.DEFINE_string("size", "small", "The model's size setting (small, full; some models have more).")
+flags.DEFINE_integer("steps", 300, "Training steps.", lower_bound=2)
+flags.DEFINE_integer("warmup", 20, "Steps not timed (tracing, allocator warm-up).", lower_bound=1)
+flags.DEFINE_integer("eval_every", 50, "Steps between test-accuracy evaluations.", lower_bound=1)
+flags.DEFINE_integer("seed", 1, "Model and data seed.")
+
+EVAL_BATCH = 512
+
+
+class Evaluator(tf.keras.callbacks.Callback):
+    """Test accuracy every eval_every steps, against training wall time: from the
+    end of the first step (which traces the train function, a one-off cost the
+    same for any length of training), the evaluations' own time left out."""
+
+    def __init__(self, x_test, y_test, eval_every, metric):
+        super().__init__()
+        self.x_test, self.y_test, self.eval_every, self.metric = x_test, y_test, eval_every, metric
+        self.curve = []  # (training seconds, steps done, accuracy)
+        self._start = self._excluded = 0.0
+        self._steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+        if self._steps == 1:
+            self._start = time.perf_counter()
+        if self._steps % self.eval_every == 0:
+            begun = time.perf_counter()
+            seconds = begun - self._start - self._excluded
+            self.curve.append((seconds, self._steps, evaluate(self.model, self.x_test, self.y_test, self.metric)))
+            self._excluded += time.perf_counter() - begun
+
+
+def evaluate(model, x, y, metric):
+    """The model's metric on the test set, run locally: metric(targets, logits) -> mean
+    over a batch, or "accuracy" (top-1 of the logits' last axis)."""
+    total = 0.0
+    for i in range(0, len(x), EVAL_BATCH):
+        logits, targets = model(x[i:i + EVAL_BATCH], training=False), y[i:i + EVAL_BATCH]
+        if callable(metric):
+            value = float(metric(targets, logits))
+        else:
+            value = float(np.mean(np.argmax(logits.numpy(), axis=-1) == targets))
+        total += value * len(targets)
+    return total / len(x)
+
+
+def phase_medians(timeline):
+    """{phase: median seconds per step} over the Timeline's recorded steps."""
+    per_step = [r.phase_totals() for r in timeline.records if r.segments]
+    phases = sorted({p for totals in per_step for p in totals})
+    return {p: statistics.median(t.get(p, (0.0,))[0] for t in per_step) for p in phases}
+
+
+def main(argv):
+    del argv
+    spec = registry.MODELS[FLAGS.model]
+    (x_train, y_train), (x_test, y_test) = spec.data(FLAGS.size, FLAGS.seed)
+    compile_model = (main_job_worker.compile_for_horovod if FLAGS.engine == "horovod"
+                     else main_job_worker.compile_for_tf_distribute)
+    model, payload_bytes = compile_model(main_job_worker.learning_rate(),
+                                         build=lambda: spec.build(FLAGS.size, FLAGS.seed), loss=spec.loss)
+    timer = StepTimes()
+    evaluator = Evaluator(x_test, y_test, FLAGS.eval_every, spec.metric)
+    callbacks = [timer, evaluator]
+    timeline = None
+    if FLAGS.timeline_steps:  # recorded right after warm-up; those steps are left out of the step times
+        timeline = tfcomp.callbacks.Timeline(FLAGS.out + ".timeline", start_step=FLAGS.warmup,
+                                             num_steps=FLAGS.timeline_steps)
+        callbacks.insert(0, timeline)
+    model.fit(main_job_worker.batches(x_train, y_train).repeat(), epochs=1, steps_per_epoch=FLAGS.steps,
+              verbose=0, callbacks=callbacks)
+
+    timed_from = FLAGS.warmup + (FLAGS.timeline_steps or 0)
+    times = sorted(timer.times[timed_from:] or timer.times[FLAGS.warmup:])
+    dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
+
+    def percentile(q):
+        return 1e3 * times[min(len(times) - 1, int(q * (len(times) - 1) + 0.5))]
+
+    main_job_worker.result_path().write_text(json.dumps({
+        "model": FLAGS.model, "size": FLAGS.size, "compression": FLAGS.compression, "engine": FLAGS.engine,
+        "steps": FLAGS.steps, "step_ms": 1e3 * statistics.median(times), "step_ms_p10": percentile(0.1),
+        "step_ms_p90": percentile(0.9),
+        "bytes_per_step": payload_bytes(model.trainable_variables) if payload_bytes else dense_bytes,
+        "dense_bytes": dense_bytes, "gradient_tensors": len(model.trainable_variables),
+        "phases_s": phase_medians(timeline) if timeline else None,
+        "curve": evaluator.curve, "final_accuracy": evaluator.curve[-1][2] if evaluator.curve else None}))
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out")
+    app.run(main)

@@ -1,0 +1,81 @@
+"""The end-to-end harness on a tiny grid: real workers in an emulated cluster
+(network namespaces, veth, bridge, tc tbf), a grid that resumes where it
+stopped, and nothing left behind after a failed worker or Ctrl-C."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfcomp.testing import netns_cluster
+from tfcomp.testing.local_cluster import ROOT
+from tfcomp.testing.processes import running
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
+
+TINY = ["--models=digits_mlp", "--workers=2", "--engines=tf.distribute", "--steps=30", "--warmup=5",
+        "--eval_every=10", "--timeline_steps=5", "--probe_max_bytes=4194304", "--timeout_s=240"]
+
+
+def e2e(tmp_path, *flags, **kwargs):
+    return subprocess.run([sys.executable, "-m", "benchmarks.e2e", f"--output={tmp_path}", *TINY, *flags],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def records(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+
+
+def test_tiny_grid_runs_resumes_and_cleans_up(tmp_path):
+    first = e2e(tmp_path, "--compressors=none", "--links=500mbit")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # The grid grows by a compressor, as a grid interrupted after its first run would be resumed.
+    second = e2e(tmp_path, "--compressors=none,FP16", "--links=500mbit")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "[1/2]" not in second.stdout and "[2/2] digits_mlp (small) · FP16" in second.stdout
+    runs = records(tmp_path)
+    assert [(r["compression"], r["status"]) for r in runs] == [("none", "ok"), ("FP16", "ok")]
+    dense, fp16 = runs
+    assert fp16["bytes_per_step"] == pytest.approx(dense["dense_bytes"] / 2, rel=0.01)
+    for r in runs:
+        assert r["link"] == "500mbit" and r["link_mode"] == "cluster"
+        assert r["link_worker0"]["qdisc"] == "tbf" and r["link_worker0"]["rate"] == "500Mbit"
+        assert r["link_worker0"]["sent_bytes"] >= 30 * r["bytes_per_step"]  # each step's payload, at least
+        assert 0.3 < r["probe"]["allreduce"]["gbps"] < 0.6  # the link it actually got (burst included)
+        assert r["step_ms_p10"] <= r["step_ms"] <= r["step_ms_p90"]
+        assert [step for _, step, _ in r["curve"]] == [10, 20, 30]
+        assert r["final_accuracy"] > 0.5  # digits, 10 classes: chance is 0.1
+        assert r["phases_s"]["communicate"] > 0 and r["phases_s"]["forward_backward"] > 0
+    report = (tmp_path / "e2e.md").read_text()
+    assert "| 500mbit | FP16 |" in report and "Links as probed" in report
+    for kind in ("speedup", "phases", "accuracy"):
+        assert (tmp_path / f"digits_mlp-small-tf_distribute-2w-{kind}.png").stat().st_size > 10_000
+    assert netns_cluster.leftovers() == []
+
+
+def test_a_failed_worker_is_recorded_and_leaves_nothing_behind(tmp_path):
+    out = e2e(tmp_path, "--compressors=DGC:no_such_knob=1", "--links=unlimited", "--noprobe")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (run,) = records(tmp_path)
+    assert run["status"] == "failed" and "no_such_knob" in run["error"]
+    assert "FAILED" in out.stdout
+    assert netns_cluster.leftovers() == []
+    assert running("benchmarks.e2e_worker") == []
+
+
+def test_ctrl_c_removes_the_cluster_and_its_workers(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.e2e", f"--output={tmp_path}", *TINY,
+                             "--compressors=none", "--links=unlimited", "--noprobe", "--steps=100000"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not running("benchmarks.e2e_worker"):
+        time.sleep(0.5)
+    assert running("benchmarks.e2e_worker"), "the workers never started"
+    assert netns_cluster.leftovers()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert netns_cluster.leftovers() == []
+    assert running("benchmarks.e2e_worker") == []
