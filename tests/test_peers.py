@@ -60,3 +60,22 @@ def test_a_peer_that_exits_leaves_and_is_not_reported(how, expected_code):
     assert code == expected_code
     assert watch.left == {1}
     assert watch.losses == [] and reported == []
+
+
+@pytest.mark.parametrize("how, lost", [("kill", True), ("exit", False), ("fail", False)])
+def test_a_worker_exiting_reports_a_lost_peer_its_watch_thread_missed(monkeypatch, how, lost):
+    """A step that fails on a killed peer's connection can end the process before
+    the watch thread runs (a busy machine); leaving still names the lost peer,
+    and still says nothing of a peer that left."""
+    monkeypatch.setattr(peers.PeerWatch, "_watch", lambda self: None)  # a watch thread that never runs
+    listener, port = peers.listen()
+    peer = subprocess.Popen([sys.executable, "-c", PEER, str(port), how], cwd=ROOT, stdin=subprocess.PIPE)
+    reported = []
+    workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "localhost:2222", peer.pid)]
+    watch = peers.PeerWatch(0, workers, listener, ["127.0.0.1", "127.0.0.1"], [port, 0], on_loss=reported.append)
+    peer.communicate(b"go\n", timeout=60)
+    watch.close()
+    assert [loss.peer.rank for loss in watch.losses] == ([1] if lost else [])
+    assert reported == []  # the process is ending: no collectives left to abort
+    watch.close()  # a second close (atexit after an explicit one) reports nothing again
+    assert len(watch.losses) == (1 if lost else 0)

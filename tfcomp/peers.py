@@ -28,6 +28,7 @@ from absl import logging
 _GOODBYE = b"B"
 _RANK = struct.Struct("!i")
 CONNECT_TIMEOUT_SECONDS = 60.0
+EXIT_REPORT_SECONDS = 0.5  # how long an exiting worker waits for the watch to report a peer it saw close
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +145,10 @@ class PeerWatch:
                         continue
                 self._lost(self.peers[other])
 
-    def _lost(self, peer):
+    def _lost(self, peer, abort=True):
+        with self._lock:
+            if any(loss.peer.rank == peer.rank for loss in self.losses):
+                return  # reported already (by the watch, or at exit)
         step = self.current_step()
         when = {0: "before its first training step", None: "at a training step that could not be read"}.get(
             step, f"during training step {step}")
@@ -159,12 +163,42 @@ class PeerWatch:
             logging.warning("tfcomp: then %s (%s, pid %d) ended without leaving too", peer.name, peer.address,
                             peer.pid)
             return
-        if self._on_loss is not None:  # first: the collectives may be failing with a less clear error
+        if abort and self._on_loss is not None:  # first: the collectives may be failing with a less clear error
             self._on_loss(loss)
         logging.error(message)
 
+    def _report_pending_losses(self, wait_s=EXIT_REPORT_SECONDS):
+        """A peer whose connection has closed without a goodbye is reported before
+        this worker leaves: a step that failed on that peer's connection ends the
+        process at once, maybe before the watch thread (on a busy machine) ran."""
+        pending = []
+        for other, sock in self._sockets.items():
+            try:
+                data = sock.recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue  # open, and nothing said
+            except OSError:  # reset
+                data = b""
+            if not data:
+                pending.append(other)
+        deadline = time.monotonic() + wait_s
+        for other in pending:
+            while time.monotonic() < deadline and not self._reported(other):
+                time.sleep(0.02)  # the watch thread's report, if it comes, says the same first
+            if not self._reported(other):
+                self._lost(self.peers[other], abort=False)  # the process is ending: nothing left to abort
+
+    def _reported(self, other):
+        with self._lock:
+            return other in self.left or any(loss.peer.rank == other for loss in self.losses)
+
     def close(self):
-        """Says goodbye to every peer (this worker leaves; it was not lost)."""
+        """Says goodbye to every peer (this worker leaves; it was not lost), after
+        reporting any peer already lost."""
+        with self._lock:
+            if self._closed:
+                return
+        self._report_pending_losses()
         with self._lock:
             if self._closed:
                 return
