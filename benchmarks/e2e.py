@@ -50,7 +50,8 @@ flags.DEFINE_integer("warmup", 20, "Steps not timed.", lower_bound=1)
 flags.DEFINE_integer("eval_every", 50, "Steps between test-accuracy evaluations.", lower_bound=1)
 flags.DEFINE_integer("global_batch", None, "Global batch size (default: the model's, models/registry.py).",
                      lower_bound=1)
-flags.DEFINE_float("lr", None, "SGD learning rate, momentum 0.9 (default: the model's, models/registry.py).")
+flags.DEFINE_float("lr", None, "Learning rate of the model's optimizer (SGD with momentum 0.9; Adam for "
+                   "bert) (default: the model's, models/registry.py).")
 flags.DEFINE_integer("timeline_steps", 10, "Steps after warm-up each worker records with tfcomp's Timeline "
                      "for the phase breakdown (0: none); they are left out of the step times.", lower_bound=0)
 flags.DEFINE_bool("probe", True, "Probe each cluster's allreduce and allgather latency and bandwidth first.")

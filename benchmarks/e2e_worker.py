@@ -6,7 +6,8 @@ writes JSON: step times after warm-up, bytes sent per step, the Timeline's
 phase breakdown and the accuracy curve against training wall time.
 
 Of main_job_worker's flags, --out, --engine, --compression, --global_batch,
---lr, --bandwidth_gbps, --timeline_steps and --check_finite apply.
+--lr, --bandwidth_gbps, --timeline_steps and --check_finite apply. The optimizer
+is the model's (SGD with momentum 0.9, or Adam for the encoder).
 """
 import json
 import statistics
@@ -83,7 +84,8 @@ def main(argv):
     compile_model = (main_job_worker.compile_for_horovod if FLAGS.engine == "horovod"
                      else main_job_worker.compile_for_tf_distribute)
     model, payload_bytes = compile_model(main_job_worker.learning_rate(),
-                                         build=lambda: spec.build(FLAGS.size, FLAGS.seed), loss=spec.loss)
+                                         build=lambda: spec.build(FLAGS.size, FLAGS.seed), loss=spec.loss,
+                                         optimizer=spec.optimizer)
     timer = StepTimes()
     evaluator = Evaluator(x_test, y_test, FLAGS.eval_every, spec.metric)
     callbacks = [timer, evaluator]

@@ -73,9 +73,13 @@ def _loss():
     return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def compile_for_tf_distribute(lr, build=digits.build, loss=_loss):
-    """The model (build()) compiled under tf.distribute's strategy or tfcomp's;
-    returns (model, payload_bytes)."""
+def _sgd(lr):
+    return tf.keras.optimizers.SGD(lr, momentum=0.9)
+
+
+def compile_for_tf_distribute(lr, build=digits.build, loss=_loss, optimizer=_sgd):
+    """The model (build()) compiled with optimizer(lr) under tf.distribute's strategy
+    or tfcomp's; returns (model, payload_bytes)."""
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.collective_timeout_s)
     if FLAGS.compression == "none":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
@@ -84,24 +88,23 @@ def compile_for_tf_distribute(lr, build=digits.build, loss=_loss):
             communication_options=options, **strategy_options(FLAGS.compression))
     with strategy.scope():
         model = build()
-        model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9), loss=loss())
+        model.compile(optimizer=optimizer(lr), loss=loss())
     return model, strategy.payload_bytes if FLAGS.compression != "none" else None
 
 
-def compile_for_horovod(lr, build=digits.build, loss=_loss):
-    """The model (build()) compiled with Horovod's optimizer wrapper or tfcomp's;
-    returns (model, payload_bytes)."""
+def compile_for_horovod(lr, build=digits.build, loss=_loss, optimizer=_sgd):
+    """The model (build()) compiled with optimizer(lr) in Horovod's optimizer wrapper
+    or tfcomp's; returns (model, payload_bytes)."""
     import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
     import tfcomp.horovod  # pylint: disable=import-outside-toplevel,redefined-outer-name
     hvd.init()
-    optimizer = tf.keras.optimizers.SGD(lr, momentum=0.9)
     if FLAGS.compression == "none":
-        optimizer = hvd.DistributedOptimizer(optimizer)
+        wrapped = hvd.DistributedOptimizer(optimizer(lr))
     else:
-        optimizer = tfcomp.horovod.DistributedOptimizer(optimizer, **strategy_options(FLAGS.compression))
+        wrapped = tfcomp.horovod.DistributedOptimizer(optimizer(lr), **strategy_options(FLAGS.compression))
     model = build()
-    model.compile(optimizer=optimizer, loss=loss())
-    return model, optimizer.tfcomp_engine.payload_bytes if FLAGS.compression != "none" else None
+    model.compile(optimizer=wrapped, loss=loss())
+    return model, wrapped.tfcomp_engine.payload_bytes if FLAGS.compression != "none" else None
 
 
 def batches(x_train, y_train):

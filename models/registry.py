@@ -161,6 +161,8 @@ def _xml():
     return Spec(
         "xml", "extreme classification (DRAGONN's XML)", "teacher-labelled vectors, as many classes as the head",
         {"small": size("fixed ReLU embedding 128->512, head 512x4096", 512, 4096, 32768, 4096),
+         # Communication-heavy on a 2-core machine: 64 MiB of gradient per step, little compute.
+         "medium": size("fixed ReLU embedding 128->4096, head 4096x4096", 4096, 4096, 32768, 4096),
          "full": size("fixed ReLU embedding 128->4096, head 4096x30938 (Wiki10-31K)", 4096, 30938, 16384, 2048)},
         Paper(126.72e6, 507e6, 1, "P4: last layer 4096x30938, no bias, 126.72M, 507MB (decimal)"),
         learning_rate=0.1, batch_size=256)
