@@ -60,6 +60,7 @@ flags.DEFINE_float("target_fraction", 0.97, "Time to accuracy is to this fractio
                    "test accuracy on the same model (the best over the grid's dense runs).")
 flags.DEFINE_string("output", "benchmarks/results/e2e", "Directory for runs.jsonl, e2e.md and the plots.")
 flags.DEFINE_bool("resume", True, "Skip runs already in OUTPUT/runs.jsonl (false: start the file anew).")
+flags.DEFINE_bool("report_only", False, "Only rewrite OUTPUT/e2e.md and the plots from OUTPUT/runs.jsonl.")
 flags.DEFINE_integer("timeout_s", 900, "Per-run limit; workers still running then are killed.", lower_bound=10)
 
 def _rate(link):
@@ -157,6 +158,10 @@ def main(argv):
     out = pathlib.Path(FLAGS.output)
     out.mkdir(parents=True, exist_ok=True)
     runs_path = out / "runs.jsonl"
+    if FLAGS.report_only:
+        e2e_report.write(load_runs(runs_path), out, FLAGS.target_fraction)
+        print(f"Rewrote {out / 'e2e.md'} and the plots from {runs_path}.")
+        return
     if not FLAGS.resume and runs_path.exists():
         runs_path.unlink()
     done = {run_key(r) for r in load_runs(runs_path) if r.get("status") == "ok"}

@@ -185,10 +185,11 @@ def plot_phases(path, runs, title):
         ax.set_xticks(range(len(here)), [r["compression"] for r in here], rotation=45, ha="right", fontsize=8)
         ax.set_title(link)
         ax.set_ylabel("ms per step (median of the Timeline's steps)")
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(PHASES), fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -220,6 +221,7 @@ def write(records, out, fraction):
         stem = f"{model}-{size}-{engine.replace('.', '_')}-{workers}w" + ("-loopback" if mode != "cluster" else "")
         title = f"{model} ({size}), {engine}, {workers} workers"
         target = goals.get((model, size))
-        plot_speedups(out / f"{stem}-speedup.png", runs, target, title)
+        if len(_links(runs)) > 1:  # against bandwidth: needs two links at least
+            plot_speedups(out / f"{stem}-speedup.png", runs, target, title)
         plot_phases(out / f"{stem}-phases.png", runs, title)
         plot_accuracy(out / f"{stem}-accuracy.png", runs, target, title)

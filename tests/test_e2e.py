@@ -51,7 +51,7 @@ def test_tiny_grid_runs_resumes_and_cleans_up(tmp_path):
         assert r["phases_s"]["communicate"] > 0 and r["phases_s"]["forward_backward"] > 0
     report = (tmp_path / "e2e.md").read_text()
     assert "| 500mbit | FP16 |" in report and "Links as probed" in report
-    for kind in ("speedup", "phases", "accuracy"):
+    for kind in ("phases", "accuracy"):  # (speed-up against bandwidth needs two links)
         assert (tmp_path / f"digits_mlp-small-tf_distribute-2w-{kind}.png").stat().st_size > 10_000
     assert netns_cluster.leftovers() == []
 

@@ -1,0 +1,56 @@
+"""The end-to-end report from synthetic runs: targets, time to accuracy, speed-ups
+against dense on the same link, the crossover, the table and the plots."""
+import pytest
+
+from benchmarks import e2e_report
+
+
+def run(compression, link, step_ms, curve, gbps, status="ok"):
+    return {"model": "xml", "size": "small", "compression": compression, "engine": "tf.distribute", "workers": 2,
+            "link": link, "link_mode": "cluster", "status": status, "step_ms": step_ms, "step_ms_p10": 0.9 * step_ms,
+            "step_ms_p90": 1.1 * step_ms, "bytes_per_step": 100 if compression != "none" else 1000,
+            "dense_bytes": 1000, "curve": curve, "final_accuracy": curve[-1][2],
+            "phases_s": {"forward_backward": 0.01, "communicate": step_ms / 2e3},
+            "probe": {"allreduce": {"gbps": gbps, "alpha_us": 100.0}, "allgather": {"gbps": gbps, "alpha_us": 50.0}},
+            "command": "python -m benchmarks.e2e", "error": None}
+
+
+def grid():
+    # Dense: 100 ms/step on 1gbit, 20 ms unshaped. The compressor: 40 ms on both, one more evaluation to the target.
+    dense_curve = lambda ms: [(ms * 0.01 * i, i, a) for i, a in [(1, 0.5), (2, 0.9), (3, 1.0)]]
+    slow_curve = lambda ms: [(ms * 0.01 * i, i, a) for i, a in [(1, 0.4), (2, 0.8), (3, 0.95), (4, 0.99)]]
+    return [run("none", "1gbit", 100, dense_curve(100), 0.8), run("DGC", "1gbit", 40, slow_curve(40), 0.8),
+            run("none", "unlimited", 20, dense_curve(20), 8.0), run("DGC", "unlimited", 40, slow_curve(40), 8.0)]
+
+
+def test_target_time_to_accuracy_and_speedups():
+    records = grid()
+    assert e2e_report.targets(records, 0.95) == {("xml", "small"): pytest.approx(0.95)}
+    assert e2e_report.time_to([(1.0, 1, 0.5), (2.0, 2, 0.96)], 0.95) == 2.0
+    assert e2e_report.time_to([(1.0, 1, 0.5)], 0.95) is None
+    rows = {(r["link"], r["compression"]): r for r in e2e_report.rows(records, 0.95)}
+    assert rows["1gbit", "DGC"]["step_speedup"] == pytest.approx(2.5)
+    assert rows["1gbit", "DGC"]["tta_speedup"] == pytest.approx(3.0 / (3 * 0.4))  # dense at 3 s, DGC at 1.2 s
+    assert rows["unlimited", "DGC"]["step_speedup"] == pytest.approx(0.5)
+    assert rows["1gbit", "DGC"]["sent_ratio"] == 10
+
+
+def test_crossover_interpolates_in_log_bandwidth():
+    assert e2e_report.crossover([(0.8, 2.5), (8.0, 0.5)]) == pytest.approx(0.8 * 10 ** ((2.5 - 1) / 2.0))
+    assert e2e_report.crossover([(0.8, 2.5), (8.0, 1.5)]) is None
+
+
+def test_report_and_plots_are_written(tmp_path):
+    records = grid() + [run("TopK", "1gbit", 0, [(0, 0, 0)], 0.8, status="failed")]
+    e2e_report.write(records, tmp_path, 0.95)
+    text = (tmp_path / "e2e.md").read_text()
+    assert "| 1gbit | DGC | 40.0 (36.0–44.0) | 2.50x | 1/10.0 |" in text
+    assert "| 1gbit | TopK | failed |" in text
+    for kind in ("speedup", "phases", "accuracy"):
+        assert (tmp_path / f"xml-small-tf_distribute-2w-{kind}.png").stat().st_size > 10_000
+
+
+def test_bad_link_is_refused():
+    assert e2e_report.nominal_gbps("500mbit") == 0.5
+    with pytest.raises(ValueError, match="tc rate"):
+        e2e_report.nominal_gbps("fast")
