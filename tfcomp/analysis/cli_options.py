@@ -1,0 +1,121 @@
+"""The flags predict and whatif share (the profile, the fusion policy, a latency
+override) and the checks that turn bad flag values into one-line usage errors."""
+import math
+
+from absl import app, flags
+
+from tfcomp.analysis.costs import Link
+from tfcomp.analysis.fusion_policies import HOROVOD_CYCLE_S, HOROVOD_FUSION_BYTES, BucketFusion, CycleFusion
+from tfcomp.analysis.profile import Profile
+from tfcomp.bucketing import DEFAULT_BUCKET_BYTES
+
+DENSE = "dense"  # the uncompressed baseline, as results and tables name it
+MIB = 2**20
+
+
+def define_profile_flag(fv):
+    flags.DEFINE_string("profile", None, "Required. Path of a saved tfcomp.analysis profile (JSON, Profile.save).",
+                        flag_values=fv)
+
+
+def define_network_flags(fv):
+    """The latency override and the fusion policy."""
+    flags.DEFINE_float("latency_us", None,
+                       "Latency (alpha) of every collective in microseconds, replacing the profile's measured "
+                       "ones; default: the measured latency of each collective.", flag_values=fv)
+    flags.DEFINE_enum("fusion", "buckets", ["buckets", "horovod"],
+                      "When gradients leave for the collectives: 'buckets' is tfcomp's exchange (consecutive "
+                      "gradients in buckets of --bucket_bytes, each sent when its last gradient is ready); "
+                      "'horovod' is Horovod's cycle (every --cycle_ms, the gradients ready by then, in buffers "
+                      "of --bucket_bytes).", flag_values=fv)
+    flags.DEFINE_float("bucket_bytes", None,
+                       f"Bucket size in bytes: default {DEFAULT_BUCKET_BYTES / MIB:.0f} MiB for --fusion=buckets, "
+                       f"{HOROVOD_FUSION_BYTES / MIB:.0f} MiB (Horovod's fusion threshold) for --fusion=horovod.",
+                       flag_values=fv)
+    flags.DEFINE_float("cycle_ms", HOROVOD_CYCLE_S * 1e3, "Horovod's cycle time in ms (--fusion=horovod only).",
+                       flag_values=fv)
+
+
+def load_profile(path):
+    """The profile at path, or a UsageError saying why it cannot be read."""
+    if not path:
+        raise app.UsageError("--profile is required: the path of a saved profile (Profile.save)")
+    try:
+        return Profile.load(path)
+    except OSError as e:
+        raise app.UsageError(f"cannot read profile {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+
+
+def fusion_policy(fv):
+    """The fusion policy the flags name."""
+    check_positive(fv.bucket_bytes, "--bucket_bytes", optional=True)
+    if fv.fusion == "buckets":
+        return BucketFusion(fv.bucket_bytes or DEFAULT_BUCKET_BYTES)
+    check_positive(fv.cycle_ms, "--cycle_ms")
+    return CycleFusion(fv.cycle_ms / 1e3, fv.bucket_bytes or HOROVOD_FUSION_BYTES)
+
+
+def describe_fusion(policy):
+    if isinstance(policy, BucketFusion):
+        return f"tfcomp buckets of {policy.bucket_bytes / MIB:.3g} MiB"
+    return f"Horovod cycle of {policy.cycle_s * 1e3:.3g} ms, buffers of {policy.buffer_bytes / MIB:.3g} MiB"
+
+
+def check_positive(value, flag, *, optional=False):
+    if value is None and optional:
+        return value
+    if value is None or not (math.isfinite(value) and value > 0):
+        raise app.UsageError(f"{flag} must be a finite number > 0, got {value}")
+    return value
+
+
+def check_latency(latency_us):
+    if latency_us is not None and not (math.isfinite(latency_us) and latency_us >= 0):
+        raise app.UsageError(f"--latency_us must be a finite number >= 0, got {latency_us}")
+    return latency_us
+
+
+def check_workers(workers, flag="--workers"):
+    if workers is None or workers < 1:
+        raise app.UsageError(f"{flag} must be an integer >= 1, got {workers}")
+    return workers
+
+
+def parse_list(values, flag, parse, what):
+    """[parse(v) for v in values], or a UsageError naming the flag and the bad item."""
+    out = []
+    for v in values:
+        try:
+            out.append(parse(v))
+        except ValueError:
+            raise app.UsageError(f"{flag} takes a comma-separated list of {what}, got {v!r}") from None
+    if not out:
+        raise app.UsageError(f"{flag} is empty")
+    return out
+
+
+def check_compressors(profile, names):
+    """names, each one the profile has measured, or a UsageError listing the ones it has."""
+    unknown = [n for n in names if n not in profile.compressors]
+    if unknown:
+        raise app.UsageError(f"the profile has no compressor {', '.join(map(repr, unknown))} "
+                             f"(it has: {', '.join(sorted(profile.compressors)) or 'none'})")
+    if len(set(names)) != len(names):
+        raise app.UsageError(f"a compressor is named twice: {', '.join(names)}")
+    return list(names)
+
+
+def links(profile, bandwidth_gbps=None, latency_us=None):
+    """(allreduce link, allgather link): the profile's measured ones, with the bandwidth
+    and the latency replaced where given (both collectives alike)."""
+    def one(measured):
+        alpha = measured.alpha_s if latency_us is None else latency_us * 1e-6
+        bandwidth = measured.bandwidth_bytes_per_s if bandwidth_gbps is None else bandwidth_gbps * 1e9 / 8
+        return Link(alpha, bandwidth)
+    return one(profile.allreduce), one(profile.allgather)
+
+
+def describe_link(link):
+    return f"{link.bandwidth_bytes_per_s * 8 / 1e9:.4g} Gbit/s, {link.alpha_s * 1e6:.3g} us latency"
