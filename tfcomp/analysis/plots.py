@@ -9,7 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # pylint: disable=wrong-import-position
-from matplotlib.ticker import FuncFormatter  # pylint: disable=wrong-import-position
+from matplotlib.ticker import FuncFormatter, LogLocator  # pylint: disable=wrong-import-position
 
 from tfcomp.analysis.whatif import crossovers  # pylint: disable=wrong-import-position
 
@@ -52,11 +52,13 @@ def _plot(path, result, s, heading, ylabel, names, values, marks=False):
         if marks:
             ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 0.5, 1, 2: labelled near 1 too
             ax.yaxis.set_major_formatter(PLAIN)
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(PLAIN)
+        ax.minorticks_off()  # log axes' minor ticks took two thirds of the plotting time
         ax.set_title(f"{workers} workers", fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, which="major", alpha=0.3)
         if w + columns >= count:  # the lowest panel of its column
             ax.set_xlabel("bandwidth, Gbit/s")
             ax.xaxis.set_tick_params(labelbottom=True)
@@ -68,7 +70,10 @@ def _plot(path, result, s, heading, ylabel, names, values, marks=False):
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
     note = "; dotted: crossover (speed-up = 1)" if marks else ""
     fig.suptitle(f"{heading}{note}", fontsize=11)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    # fixed margins, in inches: tight_layout took half the plotting time
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.95 / height, top=1 - 0.75 / height,
+                        wspace=0.12, hspace=0.3)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
