@@ -111,7 +111,7 @@ def links(profile, bandwidth_gbps=None, latency_us=None):
     """(allreduce link, allgather link): the profile's measured ones, with the bandwidth
     and the latency replaced where given (both collectives alike)."""
     def one(measured):
-        alpha = measured.alpha_s if latency_us is None else latency_us * 1e-6
+        alpha = measured.alpha_s if latency_us is None else latency_us / 1e6
         bandwidth = measured.bandwidth_bytes_per_s if bandwidth_gbps is None else bandwidth_gbps * 1e9 / 8
         return Link(alpha, bandwidth)
     return one(profile.allreduce), one(profile.allgather)

@@ -140,8 +140,9 @@ def describe_crossings(crossings, speedup):
         return "; ".join(f"{gbps:.3g} (faster {side})" for gbps, side in crossings)
     above = np.asarray(speedup) - 1
     if np.all(np.abs(above) <= TIE):
-        return "none: ties with dense"
-    return "none: faster throughout" if np.all(above >= -TIE) else "none: slower throughout"
+        return "none: ties with dense at every bandwidth swept"
+    side = "faster" if np.all(above >= -TIE) else "slower"
+    return f"none: {side} at every bandwidth swept"
 
 
 def markdown(result, path, profile, fusion, latency_us, plot_files):
