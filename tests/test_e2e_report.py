@@ -35,6 +35,14 @@ def test_target_time_to_accuracy_and_speedups():
     assert rows["1gbit", "DGC"]["sent_ratio"] == 10
 
 
+def test_no_target_when_dense_did_not_learn_the_task():
+    records = [run("none", "1gbit", 100, [(1.0, 40, 0.001)], 0.8), run("DGC", "1gbit", 50, [(0.5, 40, 0.0)], 0.8)]
+    assert e2e_report.targets(records, 0.97) == {}
+    (dense, dgc) = e2e_report.rows(records, None)
+    assert dgc["tta_s"] is None and dgc["step_speedup"] == 2.0
+    assert "No target accuracy" in e2e_report.markdown(records, 0.97)
+
+
 def test_crossover_interpolates_in_log_bandwidth():
     assert e2e_report.crossover([(0.8, 2.5), (8.0, 0.5)]) == pytest.approx(0.8 * 10 ** ((2.5 - 1) / 2.0))
     assert e2e_report.crossover([(0.8, 2.5), (8.0, 1.5)]) is None
