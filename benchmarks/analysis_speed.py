@@ -18,16 +18,15 @@ import os
 import pathlib
 import platform
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import matplotlib
 import numpy as np
 from absl import app, flags
 
+from benchmarks.timing import median_s
 from tfcomp.analysis import cli, whatif
 from tfcomp.analysis.simulator import simulate_profile
 from tfcomp.analysis.synthetic import synthetic_profile
@@ -41,17 +40,6 @@ flags.DEFINE_integer("sweep_runs", 5, "Runs of each whatif sweep (the median is 
 BANDWIDTHS = 25
 WORKERS = (2, 4, 8, 16, 32, 64, 128, 256)
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-def median_s(fn, runs):
-    """Median wall time of fn() in seconds over runs, after one warm-up call."""
-    fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def quietly(*args):

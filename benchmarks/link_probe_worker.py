@@ -7,11 +7,11 @@ tfcomp.analysis.link_fit to turn into latency and bandwidth.
 """
 import json
 import pathlib
-import statistics
-import time
 
 import tensorflow as tf
 from absl import app, flags
+
+from benchmarks.timing import median_s
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path (with --engine=horovod: a directory for rank<r>.json).")
@@ -27,16 +27,6 @@ def sizes(max_bytes):
         out.append(n // 4)
         n *= 4
     return out
-
-
-def _timed(fn, runs):
-    fn()  # traces / warms up
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def tf_distribute_collectives():
@@ -78,7 +68,7 @@ def main(argv):
     make, rank, path = horovod_collectives() if FLAGS.engine == "horovod" else tf_distribute_collectives()
     result = {}
     for kind in ("allreduce", "allgather"):
-        result[kind] = [(4 * n, _timed(make(kind, n), FLAGS.runs)) for n in sizes(FLAGS.max_bytes)]
+        result[kind] = [(4 * n, median_s(make(kind, n), FLAGS.runs)) for n in sizes(FLAGS.max_bytes)]
     result["rank"] = rank
     path.write_text(json.dumps(result))
 
