@@ -62,3 +62,16 @@ def test_bad_link_is_refused():
     assert e2e_report.nominal_gbps("500mbit") == 0.5
     with pytest.raises(ValueError, match="tc rate"):
         e2e_report.nominal_gbps("fast")
+
+
+def test_every_flag_of_the_harness_is_in_its_help():
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    from tfcomp.testing.local_cluster import ROOT  # pylint: disable=import-outside-toplevel
+    out = subprocess.run([sys.executable, "-m", "benchmarks.e2e", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)  # absl's --help exits 1
+    assert "End-to-end benchmark" in out.stdout, out.stderr[-2000:]
+    for flag in ("models", "size", "compressors", "engines", "workers", "links", "shared_loopback", "steps",
+                 "warmup", "eval_every", "global_batch", "lr", "timeline_steps", "probe", "probe_max_bytes",
+                 "target_fraction", "output", "resume", "report_only", "timeout_s"):
+        assert f"--{flag}" in out.stdout or f"--[no]{flag}" in out.stdout, flag
