@@ -120,7 +120,7 @@ def markdown(records, fraction):
                 f"| {row['link']} | {row['compression']} | {row['step_ms']:.1f} ({row['p10']:.1f}–{row['p90']:.1f}) "
                 f"| {_fmt(row['step_speedup'], '.2f', 'x')} | 1/{row['sent_ratio']:.1f} | {_fmt(row['tta_s'], '.1f')} "
                 f"| {_fmt(row['tta_speedup'], '.2f', 'x')} | {row['final_accuracy']:.3f} | {phases} |")
-        lines.append("")
+        lines += ["", *_crossover_lines(runs, target), ""]
     lines += ["## Links as probed", "", "| engine | workers | link | allreduce Gbit/s | allreduce alpha µs "
               "| allgather Gbit/s | allgather alpha µs |", "|---|---|---|---|---|---|---|"]
     seen = set()
@@ -143,6 +143,25 @@ def crossover(points):
             t = (s0 - 1) / (s0 - s1)
             return math.exp(math.log(b0) + t * (math.log(b1) - math.log(b0)))
     return None
+
+
+def _crossover_lines(runs, target):
+    """Each compressor's crossover bandwidth, per step and to the target, with two links or more."""
+    if len(_links(runs)) < 2:
+        return []
+    table = rows(runs, target)
+    bandwidth = {r["link"]: _bandwidth(r) for r in runs}
+    lines = []
+    for compression in dict.fromkeys(r["compression"] for r in runs if r["compression"] != DENSE):
+        found = []
+        for field, label in (("step_speedup", "per step"), ("tta_speedup", "to target")):
+            points = [(bandwidth[row["link"]], row[field]) for row in table
+                      if row["compression"] == compression and not row["failed"] and row[field]]
+            cross = crossover(points) if len(points) > 1 else None
+            found.append(f"{label} {_fmt(cross, '.2f', ' Gbit/s') if cross else 'none in the grid'}")
+        lines.append(f"- Crossover of {compression} (probed allreduce bandwidth where its speed-up crosses 1): "
+                     + "; ".join(found))
+    return lines
 
 
 def _bandwidth(run):
