@@ -11,6 +11,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
+from tfcomp.analysis import whatif  # pylint: disable=wrong-import-position
+from tfcomp.testing.netns_cluster import rate_gbps  # pylint: disable=wrong-import-position
+
 DENSE = "none"
 PHASES = ("forward_backward", "compress", "communicate", "decompress", "apply")
 
@@ -20,16 +23,7 @@ UNSHAPED_GBPS = 8.0  # what an unshaped veth carried between two workers here (m
 
 def nominal_gbps(link):
     """A link of the grid ('unlimited', or a tc rate such as 500mbit) in Gbit/s."""
-    if link == "unlimited":
-        return UNSHAPED_GBPS
-    units = {"gbit": 1.0, "mbit": 1e-3, "kbit": 1e-6}
-    for unit, scale in units.items():
-        if link.endswith(unit):
-            try:
-                return float(link[: -len(unit)]) * scale
-            except ValueError:
-                break
-    raise ValueError(f"a link is 'unlimited' or a tc rate ending in {', '.join(units)}, got {link!r}")
+    return UNSHAPED_GBPS if link == "unlimited" else rate_gbps(link)
 
 
 MIN_DENSE_ACCURACY = 0.2  # below it dense training has not learnt the task in the run: no target
@@ -136,13 +130,10 @@ def markdown(records, fraction):
 
 
 def crossover(points):
-    """The bandwidth (Gbit/s) where speed-up crosses 1, interpolated in log bandwidth, or None."""
+    """The first bandwidth (Gbit/s) where speed-up crosses 1, from [(Gbit/s, speed-up)], or None."""
     points = sorted(points)
-    for (b0, s0), (b1, s1) in zip(points, points[1:]):
-        if (s0 - 1) * (s1 - 1) < 0:
-            t = (s0 - 1) / (s0 - s1)
-            return math.exp(math.log(b0) + t * (math.log(b1) - math.log(b0)))
-    return None
+    found = whatif.crossovers([b for b, _ in points], [s for _, s in points])
+    return found[0][0] if found else None
 
 
 def _crossover_lines(runs, target):

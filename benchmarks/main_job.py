@@ -14,6 +14,7 @@ from absl import app, flags
 
 from tfcomp.testing.horovod_cluster import horovodrun
 from tfcomp.testing.local_cluster import run_workers
+from tfcomp.testing.netns_cluster import rate_gbps
 from tfcomp.testing.slow_link import emulated_link
 
 FLAGS = flags.FLAGS
@@ -71,12 +72,10 @@ def table(title, rows):
 
 
 def _gbps(rate):
-    """tc's rate notation (1gbit, 500mbit) in Gbit/s."""
-    units = {"gbit": 1.0, "mbit": 1e-3, "kbit": 1e-6}
-    for unit, scale in units.items():
-        if rate.endswith(unit):
-            return float(rate[: -len(unit)]) * scale
-    raise app.UsageError(f"--link_rate must end in one of {', '.join(units)}, got {rate!r}")
+    try:
+        return rate_gbps(rate)
+    except ValueError as err:
+        raise app.UsageError(f"--link_rate: {err}") from err
 
 
 def main(argv):

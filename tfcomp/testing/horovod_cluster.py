@@ -56,7 +56,7 @@ def horovod_ranks(module, cluster, args, out_dir, timeout=240, stop_on_failure_s
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts  # pylint: disable=import-outside-toplevel
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars  # pylint: disable=import-outside-toplevel
     from horovod.runner.http.http_server import RendezvousServer  # pylint: disable=import-outside-toplevel
-    from tfcomp.testing.local_cluster import _wait  # pylint: disable=import-outside-toplevel
+    from tfcomp.testing.local_cluster import wait_then_stop  # pylint: disable=import-outside-toplevel
     from tfcomp.testing.netns_cluster import WORKER_DEVICE  # pylint: disable=import-outside-toplevel
 
     out_dir = pathlib.Path(out_dir)
@@ -81,14 +81,9 @@ def horovod_ranks(module, cluster, args, out_dir, timeout=240, stop_on_failure_s
             logs.append(log)
             command = [*cluster.prefix(worker), sys.executable, "-m", module, f"--out={out_dir}", *args]
             procs.append(subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
-        _wait(procs, timeout, stop_on_failure_s)
+        wait_then_stop(procs, logs, timeout, stop_on_failure_s)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for log in logs:
-            log.close()
+        wait_then_stop(procs, logs, 0)  # at once, if starting a rank failed
         server.stop()
     texts = [(out_dir / f"rank{r}.log").read_text() for r in range(len(procs))]
     return ([p.returncode for p in procs], texts,

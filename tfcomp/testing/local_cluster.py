@@ -48,26 +48,30 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
         launcher = prefixes[task] if prefixes else prefix
         command = [*launcher, sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
         procs.append((subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
-    try:
-        _wait([proc for proc, _ in procs], timeout, stop_on_failure_s)
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
+    wait_then_stop([proc for proc, _ in procs], [log for _, log in procs], timeout, stop_on_failure_s)
     codes = [proc.returncode for proc, _ in procs]
     logs = [(out_dir / f"worker{t}.log").read_text() for t in range(num_workers)]
     return codes, logs, [load_result(out_dir / f"worker{t}.json") for t in range(num_workers)]
 
 
-def _wait(procs, timeout, stop_on_failure_s):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-        if stop_on_failure_s is not None and any(p.poll() not in (None, 0) for p in procs):
-            deadline = min(deadline, time.monotonic() + stop_on_failure_s)
-            stop_on_failure_s = None
-        time.sleep(0.1)
+def wait_then_stop(procs, logs, timeout, stop_on_failure_s=None):
+    """Waits for the processes up to timeout seconds (stop_on_failure_s more once one
+    has failed), then kills those still running and closes their logs, also when
+    the wait is interrupted (Ctrl-C)."""
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            if stop_on_failure_s is not None and any(p.poll() not in (None, 0) for p in procs):
+                deadline = min(deadline, time.monotonic() + stop_on_failure_s)
+                stop_on_failure_s = None
+            time.sleep(0.1)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs:
+            log.close()
 
 
 def load_result(path):

@@ -63,6 +63,18 @@ class Cluster:
         return {"qdisc": words[1], "rate": rate, "sent_bytes": sent, "dropped": dropped}
 
 
+def rate_gbps(rate):
+    """tc's rate notation (1gbit, 500mbit, 100kbit) in Gbit/s."""
+    units = {"gbit": 1.0, "mbit": 1e-3, "kbit": 1e-6}
+    for unit, scale in units.items():
+        if rate.endswith(unit):
+            try:
+                return float(rate[: -len(unit)]) * scale
+            except ValueError:
+                break
+    raise ValueError(f"a tc rate ends in {', '.join(units)}, got {rate!r}")
+
+
 def _run(*command):
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
