@@ -29,8 +29,9 @@ $(OP_LIBRARY): $(OP_SOURCES) $(PINS_STAMP)
 
 build: venv $(OP_LIBRARY)
 
-# The main job: 2-worker training on localhost, uncompressed and with each
-# compressor; DEMO_FLAGS=--slow_link repeats it over an emulated 1 Gbit/s link (root).
+# The main job: 2-worker training of the extreme-classification head, uncompressed
+# and with each compressor, on localhost and then on an emulated cluster with
+# 1 Gbit/s links (root; DEMO_FLAGS=--noslow_link skips it).
 demo: build
 	$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
 

@@ -26,7 +26,7 @@ import matplotlib
 import numpy as np
 from absl import app, flags
 
-from benchmarks.timing import median_s
+from tfcomp.analysis.timing import median_s
 from tfcomp.analysis import cli, whatif
 from tfcomp.analysis.simulator import simulate_profile
 from tfcomp.analysis.synthetic import synthetic_profile

@@ -23,12 +23,14 @@ import time
 
 from absl import app, flags
 
-from benchmarks import e2e_report
+from benchmarks import compression_specs, e2e_report
 from models import registry
+from tfcomp.analysis.fusion_policies import CycleFusion
 from tfcomp.analysis.link_fit import fit_link
+from tfcomp.analysis.profile import Profile
+from tfcomp.analysis.simulator import simulate_profile
 from tfcomp.testing import netns_cluster
-from tfcomp.testing.horovod_cluster import horovod_ranks
-from tfcomp.testing.local_cluster import run_workers
+from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
 from tfcomp.testing.slow_link import emulated_link
 
 FLAGS = flags.FLAGS
@@ -61,6 +63,12 @@ flags.DEFINE_float("target_fraction", 0.97, "Time to accuracy is to this fractio
 flags.DEFINE_string("output", "benchmarks/results/e2e", "Directory for runs.jsonl, e2e.md and the plots.")
 flags.DEFINE_bool("resume", True, "Skip runs already in OUTPUT/runs.jsonl (false: start the file anew).")
 flags.DEFINE_bool("report_only", False, "Only rewrite OUTPUT/e2e.md and the plots from OUTPUT/runs.jsonl.")
+flags.DEFINE_bool("bfc_allocator", True, BFC_ALLOCATOR_HELP)
+flags.DEFINE_bool("predict", False, "After each model's dense run on a cluster, record a tfcomp.analysis profile "
+                  "there (the dense run's Timeline trace, the cluster's probe, every compressor of the grid "
+                  "measured on the workers; saved as OUTPUT/profiles/*.json) and record each run's predicted "
+                  "step time beside the measured one. Needs --timeline_steps > 0 and 'none' before the "
+                  "compressors.")
 flags.DEFINE_integer("timeout_s", 900, "Per-run limit; workers still running then are killed.", lower_bound=10)
 
 def _rate(link):
@@ -77,43 +85,6 @@ def load_runs(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-class Launcher:
-    """Runs a module's workers on one emulated cluster (or shaped loopback) with one engine."""
-
-    def __init__(self, engine, workers, cluster=None, prefix=()):
-        self.engine, self.workers, self.cluster, self.prefix = engine, workers, cluster, prefix
-
-    def link_stats(self, before=None):
-        """Worker 0's device: its qdisc and rate, and bytes sent and packets dropped
-        since before (another link_stats). None on shaped loopback."""
-        if self.cluster is None:
-            return None
-        stats = self.cluster.link_stats(0)
-        if before:
-            stats["sent_bytes"] -= before["sent_bytes"]
-            stats["dropped"] -= before["dropped"]
-        return stats
-
-    def run(self, module, args, out_dir):
-        """(ok, worker 0's result, log tail)."""
-        args = [*args, f"--engine={self.engine}"]
-        if self.cluster is None:  # shaped loopback
-            hosts, prefixes = None, [self.prefix] * self.workers
-        else:
-            hosts, prefixes = self.cluster.worker_hosts, [self.cluster.prefix(w) for w in range(self.workers)]
-        if self.engine == "horovod":
-            if self.cluster is None:
-                raise app.UsageError("--shared_loopback runs tf.distribute only")
-            codes, logs, results = horovod_ranks(module, self.cluster, args, out_dir, timeout=FLAGS.timeout_s,
-                                                 stop_on_failure_s=20)
-        else:
-            codes, logs, results = run_workers(module, self.workers, args, out_dir, timeout=FLAGS.timeout_s,
-                                               hosts=hosts, prefixes=prefixes, stop_on_failure_s=20)
-        ok = all(c == 0 for c in codes) and None not in results
-        failed = next((i for i, c in enumerate(codes) if c != 0), 0)
-        return ok, results[0], "" if ok else f"exit codes {codes}; worker {failed}:\n{logs[failed][-3000:]}"
-
-
 def probe(launcher, work_dir):
     ok, result, log = launcher.run("benchmarks.link_probe_worker", [f"--max_bytes={FLAGS.probe_max_bytes}"],
                                    work_dir / "probe")
@@ -125,6 +96,36 @@ def probe(launcher, work_dir):
         fitted[kind] = {"alpha_us": 1e6 * link.alpha_s, "gbps": 8 * link.bandwidth_bytes_per_s / 1e9,
                         "fit_rms_relative_error": error, "samples": result[kind]}
     return fitted
+
+
+def record_profile(launcher, work_dir, model, measured, path):
+    """`python -m tfcomp.analysis profile` on the cluster's workers, from the model's dense
+    run's Timeline trace and the cluster's probe: the path of the profile saved."""
+    trace = work_dir / f"{model}-none" / "worker0.json.timeline" / "worker0.trace.json"
+    if not measured or not trace.exists():
+        raise app.UsageError("--predict needs the probe and --timeline_steps > 0 (the dense run's trace)")
+    probe_path = work_dir / "probe.json"
+    probe_path.write_text(json.dumps({"workers": launcher.workers,
+                                      **{k: measured[k]["samples"] for k in ("allreduce", "allgather")}}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    compressors = [compression_specs.explicit(c) for c in FLAGS.compressors if c != "none"]
+    ok, _, log = launcher.run("benchmarks.profile_worker", [
+        f"--timeline={trace}", f"--link_probe={probe_path}", f"--compressors={','.join(compressors)}",
+        f"--output={path}", f"--name={model} ({FLAGS.size})"], work_dir / f"{model}-profile")
+    if not ok:
+        raise RuntimeError(f"profiling {model} failed: {log}")
+    return path
+
+
+def predicted_step_ms(profile_path, engine, workers, compression):
+    """The analysis tools' predicted step time for this run (tfcomp's buckets, Horovod's
+    cycle for Horovod's own dense allreduce)."""
+    profile = Profile.load(profile_path)
+    fusion = CycleFusion() if engine == "horovod" and compression == "none" else None
+    name = None if compression == "none" else compression_specs.explicit(compression)
+    if name is not None and name not in profile.compressors:
+        return None  # a compressor added to a resumed grid after its profile was recorded
+    return 1e3 * simulate_profile(profile, workers, compressor=name, fusion=fusion).iteration_s
 
 
 def grid():
@@ -175,17 +176,21 @@ def main(argv):
                 index += len(runs)
                 continue
             with _cluster(workers, link) as cluster:
-                launcher = (Launcher(engine, workers, prefix=cluster) if FLAGS.shared_loopback
-                            else Launcher(engine, workers, cluster=cluster))
+                where = dict(prefix=cluster) if FLAGS.shared_loopback else dict(cluster=cluster)
+                launcher = Launcher(engine, workers, **where, timeout_s=FLAGS.timeout_s,
+                                    env=BFC_ALLOCATOR if FLAGS.bfc_allocator else None)
                 work_dir = pathlib.Path(tmp) / f"{engine}-{workers}-{link}"
                 measured = probe(launcher, work_dir) if FLAGS.probe else None
                 plan_gbps = measured["allreduce"]["gbps"] if measured else e2e_report.nominal_gbps(link)
+                profile_paths = {m: out / "profiles" / f"{engine}-{workers}w-{link}-{m}.json" for m in FLAGS.models}
+                # A resumed grid keeps the profiles its dense runs recorded.
+                profiles = {m: path for m, path in profile_paths.items() if FLAGS.predict and path.exists()}
                 for (model, compression), key in zip(runs, keys):
                     index += 1
                     if key in done:
                         continue
                     record = dict(zip(("model", "size", "compression", "engine", "workers", "link", "link_mode"),
-                                      key), probe=measured)
+                                      key), probe=measured, bfc_allocator=FLAGS.bfc_allocator)
                     before = launcher.link_stats()
                     started = time.monotonic()
                     spec = registry.MODELS[model]
@@ -199,6 +204,12 @@ def main(argv):
                     record.update(result or {}, status="ok" if ok else "failed", error=log or None,
                                   wall_s=time.monotonic() - started, command=_command())
                     record["link_worker0"] = launcher.link_stats(before)
+                    if FLAGS.predict and ok:
+                        if compression == "none":
+                            profiles[model] = record_profile(launcher, work_dir, model, measured, profile_paths[model])
+                        if model in profiles:
+                            record["predicted_step_ms"] = predicted_step_ms(profiles[model], engine, workers, compression)
+                            record["profile"] = str(profiles[model].relative_to(out))
                     with open(runs_path, "a") as f:
                         f.write(json.dumps(record) + "\n")
                     print(f"[{index}/{total}] {_describe(record)}", flush=True)
@@ -215,8 +226,9 @@ def _describe(r):
     if r["status"] != "ok":
         return f"{where}: FAILED ({r['error'].splitlines()[0]})"
     return (f"{where}: {r['step_ms']:.1f} ms/step (p10 {r['step_ms_p10']:.1f}, p90 {r['step_ms_p90']:.1f}), "
-            f"sends {r['dense_bytes'] / r['bytes_per_step']:.1f}x less than dense, final accuracy "
-            f"{r['final_accuracy']:.3f}, {r['wall_s']:.0f} s")
+            f"sends {r['dense_bytes'] / r['bytes_per_step']:.1f}x less than dense, "
+            + ("not evaluated" if r["final_accuracy"] is None else f"final accuracy {r['final_accuracy']:.3f}")
+            + f", {r['wall_s']:.0f} s")
 
 
 if __name__ == "__main__":

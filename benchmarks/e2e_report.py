@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
+from benchmarks import e2e_validation  # pylint: disable=wrong-import-position
 from tfcomp.analysis import whatif  # pylint: disable=wrong-import-position
 from tfcomp.testing.netns_cluster import rate_gbps  # pylint: disable=wrong-import-position
 
@@ -113,8 +114,9 @@ def markdown(records, fraction):
             lines.append(
                 f"| {row['link']} | {row['compression']} | {row['step_ms']:.1f} ({row['p10']:.1f}–{row['p90']:.1f}) "
                 f"| {_fmt(row['step_speedup'], '.2f', 'x')} | 1/{row['sent_ratio']:.1f} | {_fmt(row['tta_s'], '.1f')} "
-                f"| {_fmt(row['tta_speedup'], '.2f', 'x')} | {row['final_accuracy']:.3f} | {phases} |")
+                f"| {_fmt(row['tta_speedup'], '.2f', 'x')} | {_fmt(row['final_accuracy'], '.3f')} | {phases} |")
         lines += ["", *_crossover_lines(runs, target), ""]
+    lines += e2e_validation.markdown(records, crossover)
     lines += ["## Links as probed", "", "| engine | workers | link | allreduce Gbit/s | allreduce alpha µs "
               "| allgather Gbit/s | allgather alpha µs |", "|---|---|---|---|---|---|---|"]
     seen = set()
@@ -232,6 +234,7 @@ def plot_accuracy(path, runs, target, title):
 
 def write(records, out, fraction):
     (out / "e2e.md").write_text(markdown(records, fraction))
+    e2e_validation.plot(out / "predicted-vs-measured.png", records)
     goals = targets(records, fraction)
     for (model, size, engine, workers, mode), runs in _groups(records).items():
         stem = f"{model}-{size}-{engine.replace('.', '_')}-{workers}w" + ("-loopback" if mode != "cluster" else "")

@@ -5,15 +5,14 @@ job's workers are), evaluating test accuracy every --eval_every steps, and
 writes JSON: step times after warm-up, bytes sent per step, the Timeline's
 phase breakdown and the accuracy curve against training wall time.
 
-Of main_job_worker's flags, --out, --engine, --compression, --global_batch,
---lr, --bandwidth_gbps, --timeline_steps and --check_finite apply. The optimizer
-is the model's (SGD with momentum 0.9, or Adam for the encoder).
+Of main_job_worker's flags, --out, --model, --size, --engine, --compression,
+--global_batch, --lr, --bandwidth_gbps, --timeline_steps and --check_finite
+apply. The optimizer is the model's (SGD with momentum 0.9, or Adam for the encoder).
 """
 import json
 import statistics
 import time
 
-import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
@@ -23,15 +22,10 @@ from benchmarks.harness import StepTimes
 from models import registry
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "digits_mlp", "A model of models/registry.py.")
-flags.DEFINE_string("size", "small", "The model's size setting (small, full; some models have more).")
 flags.DEFINE_integer("steps", 300, "Training steps.", lower_bound=2)
 flags.DEFINE_integer("warmup", 20, "Steps not timed (tracing, allocator warm-up).", lower_bound=1)
 flags.DEFINE_integer("eval_every", 50, "Steps between test-accuracy evaluations.", lower_bound=1)
 flags.DEFINE_integer("seed", 1, "Model and data seed.")
-
-EVAL_BATCH = 512
-
 
 class Evaluator(tf.keras.callbacks.Callback):
     """Test accuracy every eval_every steps, against training wall time: from the
@@ -52,22 +46,9 @@ class Evaluator(tf.keras.callbacks.Callback):
         if self._steps % self.eval_every == 0:
             begun = time.perf_counter()
             seconds = begun - self._start - self._excluded
-            self.curve.append((seconds, self._steps, evaluate(self.model, self.x_test, self.y_test, self.metric)))
+            accuracy = main_job_worker.evaluate(self.model, self.x_test, self.y_test, self.metric)
+            self.curve.append((seconds, self._steps, accuracy))
             self._excluded += time.perf_counter() - begun
-
-
-def evaluate(model, x, y, metric):
-    """The model's metric on the test set, run locally: metric(targets, logits) -> mean
-    over a batch, or "accuracy" (top-1 of the logits' last axis)."""
-    total = 0.0
-    for i in range(0, len(x), EVAL_BATCH):
-        logits, targets = model(x[i:i + EVAL_BATCH], training=False), y[i:i + EVAL_BATCH]
-        if callable(metric):
-            value = float(metric(targets, logits))
-        else:
-            value = float(np.mean(np.argmax(logits.numpy(), axis=-1) == targets))
-        total += value * len(targets)
-    return total / len(x)
 
 
 def phase_medians(timeline):

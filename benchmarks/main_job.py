@@ -1,74 +1,73 @@
-"""tfcomp's main job: real 2-worker MultiWorkerMirroredStrategy (or Horovod) training on
-localhost (scikit-learn's digits), uncompressed and with each compressor, side
-by side: time per step, bytes each worker sends per step, test accuracy.
+"""tfcomp's main job: real 2-worker MultiWorkerMirroredStrategy (or Horovod) training,
+uncompressed and with each compressor, side by side: time per step, bytes each
+worker sends per step, test accuracy; first on localhost's unshaped loopback, then
+(as root) on an emulated cluster whose links are shaped to --link_rate. The
+default model is the extreme-classification head of models/registry.py (small:
+8 MiB of gradient per step, little compute), where the link decides whether
+compression pays; the last line says where it does not.
 
     make demo                         # or: python -m benchmarks.main_job
-    make demo DEMO_FLAGS=--slow_link  # also over an emulated 1 Gbit/s link (root)
-    make demo DEMO_FLAGS=--engine=horovod  # the same as a horovodrun -np 2 job
+    make demo DEMO_FLAGS=--noslow_link     # loopback only (no root needed)
+    make demo DEMO_FLAGS=--engine=horovod  # the same as horovodrun -np 2 jobs
+    make demo DEMO_FLAGS="--model=digits_mlp"  # the small MLP the main job first ran
 """
 import json
+import os
 import pathlib
 import tempfile
 
 from absl import app, flags
 
-from tfcomp.testing.horovod_cluster import horovodrun
-from tfcomp.testing.local_cluster import run_workers
-from tfcomp.testing.netns_cluster import rate_gbps
-from tfcomp.testing.slow_link import emulated_link
+from benchmarks.main_job_report import table, verdict
+from models import registry
+from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
+from tfcomp.testing.netns_cluster import emulated_cluster, rate_gbps
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("workers", 2, "Worker processes.")
+flags.DEFINE_string("model", "xml", "A model of models/registry.py (python -m models.registry lists them).")
+flags.DEFINE_string("size", "small", "The model's size setting (small, full; some models have more).")
+flags.DEFINE_integer("workers", 2, "Worker processes.", lower_bound=2)
 flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"],
                   "tf.distribute: MultiWorkerMirroredStrategy ('none' is tf.distribute's own); horovod: "
-                  "horovodrun ranks ('none' is hvd.DistributedOptimizer).")
+                  "Horovod ranks over Gloo ('none' is hvd.DistributedOptimizer).")
 flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "DRAGONN", "ACPSGD"],
-                  "'none' is tf.distribute's own strategy; any tfcomp compressor name (SignSGD, TopK, "
-                  "RandomK, PowerSGD, ...) can be added.")
+                  "'none' is the engine's own dense allreduce; any tfcomp compressor name (SignSGD, TopK, "
+                  "RandomK, PowerSGD, ...), optionally with knobs ('DGC:ratio=0.001'), can be added.")
 flags.DEFINE_float("loopback_gbps", 4.0, "What unshaped loopback carries between two Python processes "
                    "(measured 3.5-4.3 Gbit/s); tensor selection plans for it.")
-flags.DEFINE_integer("epochs", 8, "Training epochs per run (at least 2: the first, which traces, is not timed).",
+flags.DEFINE_integer("epochs", 4, "Training epochs per run (at least 2: the first, which traces, is not timed).",
                      lower_bound=2)
-flags.DEFINE_bool("slow_link", False, "Repeat the comparison over an emulated link (needs root).")
-flags.DEFINE_string("link_rate", "1gbit", "tc rate of the emulated link.")
+flags.DEFINE_integer("steps_per_epoch", 50, "Steps per epoch (at most one pass over the training set).",
+                     lower_bound=1)
+flags.DEFINE_float("lr", None, "Learning rate (default: the model's, models/registry.py).")
+flags.DEFINE_bool("slow_link", True, "Repeat the comparison on an emulated cluster (a network namespace per "
+                  "worker, links shaped both ways to --link_rate with tc tbf; needs root).")
+flags.DEFINE_string("link_rate", "1gbit", "tc rate of each worker's emulated link.")
+flags.DEFINE_bool("bfc_allocator", True, BFC_ALLOCATOR_HELP)
+flags.DEFINE_float("accuracy_points", 1.0, "A compressor pays where it is faster than dense at a final test "
+                   "accuracy at most this many points below dense's.")
 flags.DEFINE_string("out", None, "Also write the results as JSON here.")
 flags.DEFINE_string("timeline", None, "Each run's workers write a timeline (trace JSON, CSV, PNG) under "
-                    "DIR/<compression>/ (DIR/<link>/<compression>/ for --slow_link).")
-
+                    "DIR/<compression>/ (DIR/<link>/<compression>/ for the emulated link).")
 
 ENGINE_WORDS = {"tf.distribute": "MultiWorkerMirroredStrategy workers", "horovod": "Horovod ranks (Gloo)"}
 
 
-def run_all(prefix, work_dir, gbps, timeline_dir=None):
+def run_all(launcher, work_dir, gbps, timeline_dir=None):
     rows = []
     for name in FLAGS.compressors:
-        args = [f"--compression={name}", f"--epochs={FLAGS.epochs}", f"--bandwidth_gbps={gbps}"]
+        args = [f"--model={FLAGS.model}", f"--size={FLAGS.size}", f"--compression={name}",
+                f"--epochs={FLAGS.epochs}", f"--steps_per_epoch={FLAGS.steps_per_epoch}", f"--bandwidth_gbps={gbps}"]
+        if FLAGS.lr is not None:
+            args.append(f"--lr={FLAGS.lr}")
         if timeline_dir:
             args.append(f"--timeline={pathlib.Path(timeline_dir).resolve() / name}")
-        if FLAGS.engine == "horovod":
-            code, log, results = horovodrun("benchmarks.main_job_worker", FLAGS.workers,
-                                            [*args, "--engine=horovod"], pathlib.Path(work_dir) / name,
-                                            timeout=240, prefix=prefix)
-            if code != 0 or None in results:
-                raise RuntimeError(f"{name}: horovodrun exited {code}\n{log[-4000:]}")
-        else:
-            codes, logs, results = run_workers("benchmarks.main_job_worker", FLAGS.workers, args,
-                                               pathlib.Path(work_dir) / name, timeout=240, prefix=prefix)
-            if codes != [0] * FLAGS.workers:
-                raise RuntimeError(f"{name}: workers exited {codes}\n" + "\n".join(log[-2000:] for log in logs))
-        rows.append({"compression": name, **results[0]})
+        ok, result, log = launcher.run("benchmarks.main_job_worker", args,
+                                       pathlib.Path(work_dir) / name.replace(":", "_"))
+        if not ok:
+            raise RuntimeError(f"{name}: {log}")
+        rows.append({"compression": name, **result})
     return rows
-
-
-def table(title, rows):
-    base = rows[0]
-    lines = [title, f"{'compression':<14}{'ms/step':>9}{'speed-up':>10}{'bytes/step/worker':>19}"
-             f"{'vs dense':>10}{'accuracy':>10}"]
-    for r in rows:
-        lines.append(f"{r['compression']:<14}{r['step_ms']:>9.2f}{base['step_ms'] / r['step_ms']:>9.2f}x"
-                     f"{r['bytes_per_step']:>19,.0f}{r['dense_bytes'] / r['bytes_per_step']:>9.1f}x"
-                     f"{100 * r['accuracy']:>9.1f}%")
-    return "\n".join(lines)
 
 
 def _gbps(rate):
@@ -80,18 +79,32 @@ def _gbps(rate):
 
 def main(argv):
     del argv
+    spec = registry.MODELS.get(FLAGS.model)
+    if spec is None or FLAGS.size not in spec.sizes:
+        raise app.UsageError(f"--model/--size: no model {FLAGS.model!r} of size {FLAGS.size!r}; models/registry.py "
+                             "has " + ", ".join(f"{n} ({', '.join(s.sizes)})" for n, s in registry.MODELS.items()))
+    if FLAGS.compressors[:1] != ["none"]:
+        raise app.UsageError("--compressors: the first must be 'none', the dense run the others are compared with")
+    link_gbps = _gbps(FLAGS.link_rate)
+    if FLAGS.slow_link and os.geteuid() != 0:
+        raise app.UsageError("the emulated link needs root (network namespaces, tc); run as root, or pass "
+                             "--noslow_link for the loopback comparison alone")
+    model = f"{FLAGS.model} ({FLAGS.size}: {spec.sizes[FLAGS.size].describe})"
     results = {}
     with tempfile.TemporaryDirectory(prefix="tfcomp-main-job-") as work_dir:
-        results["loopback"] = run_all((), f"{work_dir}/loopback", FLAGS.loopback_gbps, FLAGS.timeline)
-        print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} on localhost (unshaped loopback), digits MLP:",
+        env = BFC_ALLOCATOR if FLAGS.bfc_allocator else None
+        results["loopback"] = run_all(Launcher(FLAGS.engine, FLAGS.workers, timeout_s=400, env=env),
+                                      f"{work_dir}/loopback", FLAGS.loopback_gbps, FLAGS.timeline)
+        print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} on localhost (unshaped loopback), {model}:",
                     results["loopback"]), flush=True)
         if FLAGS.slow_link:
-            with emulated_link(FLAGS.link_rate) as prefix:
+            with emulated_cluster(FLAGS.workers, FLAGS.link_rate) as cluster:
                 results[FLAGS.link_rate] = run_all(
-                    prefix, f"{work_dir}/{FLAGS.link_rate}", _gbps(FLAGS.link_rate),
-                    FLAGS.timeline and f"{FLAGS.timeline}/{FLAGS.link_rate}")
-            print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} over an emulated {FLAGS.link_rate}/s link:",
-                        results[FLAGS.link_rate]))
+                    Launcher(FLAGS.engine, FLAGS.workers, cluster=cluster, timeout_s=400, env=env),
+                    f"{work_dir}/{FLAGS.link_rate}", link_gbps, FLAGS.timeline and f"{FLAGS.timeline}/{FLAGS.link_rate}")
+            print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} on an emulated cluster, each link "
+                        f"{FLAGS.link_rate}/s both ways, {model}:", results[FLAGS.link_rate]))
+    print("\n" + verdict(f"{FLAGS.model} ({FLAGS.size})", results, FLAGS.accuracy_points))
     if FLAGS.out:
         pathlib.Path(FLAGS.out).write_text(json.dumps(results, indent=2) + "\n")
     if FLAGS.timeline:

@@ -1,7 +1,8 @@
-"""One worker of the main job: trains models/digits.py's MLP under model.fit
-with MultiWorkerMirroredStrategy (tf.distribute's, or tfcomp's with a
-compressor) or as a Horovod rank (Horovod's optimizer wrapper, or tfcomp's),
-and writes its step time, traffic and test accuracy as JSON."""
+"""One worker of the main job: trains a model of models/registry.py (the digits
+MLP unless --model says otherwise) under model.fit with MultiWorkerMirroredStrategy
+(tf.distribute's, or tfcomp's with a compressor) or as a Horovod rank (Horovod's
+optimizer wrapper, or tfcomp's), and writes its step time, traffic and test
+accuracy as JSON."""
 import json
 import pathlib
 import statistics
@@ -11,9 +12,10 @@ import tensorflow as tf
 from absl import app, flags
 
 import tfcomp
+from benchmarks import compression_specs
 from benchmarks.harness import StepTimes
-from models import digits
-from tfcomp.compressors.lowrank import LowRank
+from models import digits, registry
+from tfcomp.analysis.measure import parse_compressor
 from tfcomp.compressors.sparse import Sparsifier
 from tfcomp.selection import EfficiencyAwareSelection, Network
 
@@ -23,9 +25,14 @@ flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"],
                   "MultiWorkerMirroredStrategy workers (TF_CONFIG), or Horovod ranks (under horovodrun).")
 flags.DEFINE_string("compression", "none", "'none' (tf.distribute's strategy) or a tfcomp compressor name, "
                     "optionally with knobs: 'DGC:ratio=0.001', 'PowerSGD:rank=2'.")
+flags.DEFINE_string("model", "digits_mlp", "A model of models/registry.py.")
+flags.DEFINE_string("size", "small", "The model's size setting (small, full; some models have more).")
 flags.DEFINE_integer("epochs", 8, "Training epochs (the first is not timed).", lower_bound=2)
+flags.DEFINE_integer("steps_per_epoch", None, "Steps per epoch (default: one pass over the training set).",
+                     lower_bound=1)
 flags.DEFINE_integer("global_batch", 64, "Global batch size.")
-flags.DEFINE_float("lr", 0.05, "SGD learning rate (momentum 0.9).")
+flags.DEFINE_float("lr", None, "Learning rate of the model's optimizer (SGD with momentum 0.9; Adam for bert) "
+                   "(default: the model's, models/registry.py).")
 flags.DEFINE_float("bandwidth_gbps", 10.0, "The link tensor selection plans for (sparsifiers).")
 flags.DEFINE_string("timeline", None, "Record a tfcomp.callbacks.Timeline from the second epoch on here.")
 flags.DEFINE_float("collective_timeout_s", None, "CommunicationOptions.timeout_seconds (default: none). "
@@ -35,38 +42,16 @@ flags.DEFINE_bool("check_finite", True, "tfcomp's per-step non-finite flag (the 
 
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
-# The digits MLP is small: keep 1% rather than the papers' 0.1%, and rank 4.
-SPARSE_RATIO = 0.01
-RANK = 4
-
-
-def parse_compression(spec):
-    """'DGC' or 'DGC:ratio=0.001' (knobs as name=value, ':'-separated) -> (name, knobs)."""
-    name, *pairs = spec.split(":")
-    knobs = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"compression knobs are name=value, got {pair!r} in {spec!r}")
-        try:
-            knobs[key] = int(value)
-        except ValueError:
-            knobs[key] = float(value)
-    return name, knobs
-
-
 def strategy_options(spec):
-    """The compressor (a spec for parse_compression; the main job's ratio and rank
-    unless given), and for the sparsifiers tensor selection planned for this link."""
-    name, knobs = parse_compression(spec)
-    cls = getattr(tfcomp, name)
+    """The compressor (a spec for tfcomp.analysis.measure.parse_compressor; the main
+    job's ratio and rank unless given), and for the sparsifiers tensor selection
+    planned for this link."""
+    compressor = parse_compressor(compression_specs.explicit(spec))
     options = {"check_finite": FLAGS.check_finite}
-    if issubclass(cls, LowRank):
-        return {"compression": cls(knobs.pop("rank", RANK), **knobs), **options}
-    if not issubclass(cls, Sparsifier):
-        return {"compression": cls(**knobs) if knobs else cls, **options}
+    if not isinstance(compressor, Sparsifier):
+        return {"compression": compressor, **options}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))
-    return {"compression": cls(**{"ratio": SPARSE_RATIO, **knobs}), "selection": selection, **options}
+    return {"compression": compressor, "selection": selection, **options}
 
 
 def _loss():
@@ -123,7 +108,22 @@ def batches(x_train, y_train):
 
 
 def learning_rate():
-    return FLAGS.lr * LEARNING_RATE_SCALE.get(parse_compression(FLAGS.compression)[0], 1.0)
+    lr = registry.MODELS[FLAGS.model].learning_rate if FLAGS.lr is None else FLAGS.lr
+    return lr * LEARNING_RATE_SCALE.get(FLAGS.compression.split(":")[0], 1.0)
+
+
+def evaluate(model, x, y, metric, batch=512):
+    """The model's metric on the test set, run locally: metric(targets, logits) -> mean
+    over a batch, or "accuracy" (top-1 of the logits' last axis)."""
+    total = 0.0
+    for i in range(0, len(x), batch):
+        logits, targets = model(x[i:i + batch], training=False), y[i:i + batch]
+        if callable(metric):
+            value = float(metric(targets, logits))
+        else:
+            value = float(np.mean(np.argmax(logits.numpy(), axis=-1) == targets))
+        total += value * len(targets)
+    return total / len(x)
 
 
 def result_path():
@@ -138,21 +138,25 @@ def result_path():
 
 def main(argv):
     del argv
-    (x_train, y_train), (x_test, y_test) = digits.load()
-    lr = learning_rate()
+    if FLAGS.model not in registry.MODELS or FLAGS.size not in registry.MODELS[FLAGS.model].sizes:
+        raise app.UsageError(f"no model {FLAGS.model!r} of size {FLAGS.size!r} in models/registry.py")
+    spec = registry.MODELS[FLAGS.model]
+    (x_train, y_train), (x_test, y_test) = spec.data(FLAGS.size)
     compile_model = compile_for_horovod if FLAGS.engine == "horovod" else compile_for_tf_distribute
-    model, payload_bytes = compile_model(lr)
+    model, payload_bytes = compile_model(learning_rate(), build=lambda: spec.build(FLAGS.size), loss=spec.loss,
+                                         optimizer=spec.optimizer)
     timer = StepTimes()
-    steps_per_epoch = len(x_train) // FLAGS.global_batch
+    steps_per_epoch = min(len(x_train) // FLAGS.global_batch, FLAGS.steps_per_epoch or len(x_train))
     callbacks = [timer]
     if FLAGS.timeline:  # before the timer: its reads at batch end count in the step times
         callbacks.insert(0, tfcomp.callbacks.Timeline(FLAGS.timeline, start_step=steps_per_epoch,
                                                       num_steps=FLAGS.timeline_steps or steps_per_epoch))
-    model.fit(batches(x_train, y_train), epochs=FLAGS.epochs, verbose=0, callbacks=callbacks)
+    model.fit(batches(x_train, y_train).repeat(), epochs=FLAGS.epochs, steps_per_epoch=steps_per_epoch, verbose=0,
+              callbacks=callbacks)
 
     dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
     sent = payload_bytes(model.trainable_variables) if payload_bytes else dense_bytes
-    accuracy = float(np.mean(np.argmax(model(x_test).numpy(), axis=1) == y_test))
+    accuracy = evaluate(model, x_test, y_test, spec.metric)
     result_path().write_text(json.dumps({
         "step_ms": 1e3 * statistics.median(timer.times[steps_per_epoch:]), "bytes_per_step": sent,
         "dense_bytes": dense_bytes, "accuracy": accuracy}))

@@ -347,7 +347,7 @@ def test_unreadable_profile_files_fail_clearly(tmp_path):
 def test_analysis_modules_run_without_tensorflow():
     code = ("import sys\n"
             "import tfcomp.analysis.costs, tfcomp.analysis.profile, tfcomp.analysis.simulator\n"
-            "import tfcomp.analysis.fusion_policies, tfcomp.analysis.tables\n"
+            "import tfcomp.analysis.fusion_policies, tfcomp.analysis.tables, tfcomp.analysis.from_timeline\n"
             "assert 'tensorflow' not in sys.modules, 'tfcomp.analysis imported TensorFlow'\n")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))

@@ -244,7 +244,7 @@ def _write_json(path, data):
     (["whatif", "--profile={synthetic}", "--bandwidths_gbps=1,fast"], "--bandwidths_gbps takes .* numbers, got 'fast'"),
     (["whatif", "--profile={synthetic}", "--workers=2,0"], "every --workers must be an integer >= 1, got 0"),
     (["whatif", "--profile={synthetic}", "--compute_speedups=0"], "every --compute_speedups must be .* > 0"),
-    (["simulate"], "unknown subcommand 'simulate'; choose from predict, whatif"),
+    (["simulate"], "unknown subcommand 'simulate'; choose from profile, predict, whatif"),
 ], ids=lambda x: x if isinstance(x, str) else None)
 def test_user_errors_end_in_one_line_and_a_nonzero_status(tmp_path, args, message):
     paths = {"missing": tmp_path / "missing.json", "synthetic": SYNTHETIC, "tmp": tmp_path / "out",

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tfcomp.analysis.profile import Profile
 from tfcomp.testing import netns_cluster
 from tfcomp.testing.local_cluster import ROOT
 from tfcomp.testing.processes import running
@@ -30,8 +31,13 @@ def records(tmp_path):
 
 
 def test_tiny_grid_runs_resumes_and_cleans_up(tmp_path):
-    first = e2e(tmp_path, "--compressors=none", "--links=500mbit")
+    first = e2e(tmp_path, "--compressors=none", "--links=500mbit", "--predict")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # --predict: a profile recorded on the cluster from the dense run's trace, and its prediction.
+    profile = Profile.load(tmp_path / "profiles" / "tf.distribute-2w-500mbit-digits_mlp.json")
+    assert len(profile.model.gradients) == 6 and 0.3 < 8 * profile.allreduce.bandwidth_bytes_per_s / 1e9 < 0.6
+    assert records(tmp_path)[0]["predicted_step_ms"] > 0
+    assert "Predicted against measured step time" in (tmp_path / "e2e.md").read_text()
     # The grid grows by a compressor, as a grid interrupted after its first run would be resumed.
     second = e2e(tmp_path, "--compressors=none,FP16", "--links=500mbit")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

@@ -2,7 +2,7 @@
 against dense on the same link, the crossover, the table and the plots."""
 import pytest
 
-from benchmarks import e2e_report
+from benchmarks import e2e_report, e2e_validation
 
 
 def run(compression, link, step_ms, curve, gbps, status="ok"):
@@ -43,6 +43,16 @@ def test_no_target_when_dense_did_not_learn_the_task():
     assert "No target accuracy" in e2e_report.markdown(records, 0.97)
 
 
+def test_runs_never_evaluated_report_step_times_only(tmp_path):
+    # --eval_every above --steps: no accuracy curve, as for step-time-only grids.
+    records = [dict(run("none", "1gbit", 100, [(1.0, 1, 0.5)], 0.8), curve=[], final_accuracy=None),
+               dict(run("DGC", "1gbit", 50, [(1.0, 1, 0.5)], 0.8), curve=[], final_accuracy=None)]
+    e2e_report.write(records, tmp_path, 0.97)
+    text = (tmp_path / "e2e.md").read_text()
+    assert "No target accuracy" in text
+    assert "| 1gbit | DGC | 50.0 (45.0–55.0) | 2.00x | 1/10.0 | — | — | — |" in text
+
+
 def test_crossover_interpolates_in_log_bandwidth():
     assert e2e_report.crossover([(0.8, 2.5), (8.0, 0.5)]) == pytest.approx(0.8 * 10 ** ((2.5 - 1) / 2.0))
     assert e2e_report.crossover([(0.8, 2.5), (8.0, 1.5)]) is None
@@ -75,3 +85,37 @@ def test_every_flag_of_the_harness_is_in_its_help():
                  "warmup", "eval_every", "global_batch", "lr", "timeline_steps", "probe", "probe_max_bytes",
                  "target_fraction", "output", "resume", "report_only", "timeout_s"):
         assert f"--{flag}" in out.stdout or f"--[no]{flag}" in out.stdout, flag
+
+
+def _predicted(record, predicted_ms):
+    return dict(record, predicted_step_ms=predicted_ms)
+
+
+def test_predictions_are_tabled_with_their_errors_and_crossovers(tmp_path):
+    records = grid()
+    # Predicted: dense 110 and 22 ms, DGC 40 and 44 ms -> errors +10%, 0%, +10%, +10%.
+    records = [_predicted(r, p) for r, p in zip(records, (110.0, 40.0, 22.0, 44.0))]
+    table = e2e_validation.rows(records)
+    assert [round(r["error"], 6) for r in table] == [0.1, 0.0, 0.1, 0.1]
+    assert e2e_validation.summary(table) == pytest.approx((0.1, 0.1))
+    (found,) = e2e_validation.crossovers(table, e2e_report.crossover)
+    # Measured speed-ups 2.5 (0.8 Gbit/s) and 0.5 (8); predicted 2.75 and 0.5.
+    assert found["measured"] == pytest.approx(e2e_report.crossover([(0.8, 2.5), (8.0, 0.5)]))
+    assert found["predicted"] == pytest.approx(e2e_report.crossover([(0.8, 2.75), (8.0, 0.5)]))
+    assert e2e_validation.within_one_grid_step(found)
+    e2e_report.write(records, tmp_path, 0.95)
+    text = (tmp_path / "e2e.md").read_text()
+    assert "median |error| 10.0%, max 10.0%" in text
+    assert "| xml (small) | tf.distribute | 2 | 1gbit | DGC | 40.0 | 40.0 | +0.0% |" in text
+    assert (tmp_path / "predicted-vs-measured.png").stat().st_size > 10_000
+
+
+def test_a_crossover_one_grid_step_off_agrees_and_two_do_not():
+    grid_gbps = [0.1, 0.5, 1.0, 2.0, 8.0]
+    found = lambda predicted: {"measured": 0.7, "predicted": predicted, "grid_gbps": grid_gbps}  # noqa: E731
+    assert e2e_validation.within_one_grid_step(found(0.3))  # one step below 0.5
+    assert e2e_validation.within_one_grid_step(found(1.9))  # one step above 1.0
+    assert not e2e_validation.within_one_grid_step(found(0.05))
+    assert not e2e_validation.within_one_grid_step(found(3.0))
+    assert not e2e_validation.within_one_grid_step(found(None))
+    assert e2e_validation.within_one_grid_step({"measured": None, "predicted": None, "grid_gbps": grid_gbps})

@@ -1,5 +1,6 @@
-"""`python -m tfcomp.analysis SUBCOMMAND --flag=value ...`: what a saved profile
-predicts, without TensorFlow. SUBCOMMAND --help lists its flags.
+"""`python -m tfcomp.analysis SUBCOMMAND --flag=value ...`: record a profile on this
+cluster (profile, with TensorFlow), and what a saved profile predicts (predict and
+whatif, without TensorFlow). SUBCOMMAND --help lists its flags.
 
 Each subcommand parses its own absl FlagValues, made afresh at every call, so its
 --help lists its flags only and one process can run several (the tests do). A
@@ -11,10 +12,10 @@ import textwrap
 
 from absl import app, flags
 
-from tfcomp.analysis import predict, whatif
+from tfcomp.analysis import predict, profile_command, whatif
 
 PROGRAM = "python -m tfcomp.analysis"
-SUBCOMMANDS = {"predict": predict, "whatif": whatif}
+SUBCOMMANDS = {"profile": profile_command, "predict": predict, "whatif": whatif}
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 USER_ERROR = 1
 
@@ -55,7 +56,8 @@ def subcommand_help(subcommand):
 
 def usage():
     lines = [f"usage: {PROGRAM} {{{','.join(SUBCOMMANDS)}}} --flag=value ...", "",
-             "Predictions from a saved tfcomp.analysis profile (Profile.save), numpy only.", ""]
+             "Record a tfcomp.analysis profile on this cluster (profile, with TensorFlow), then predict from it "
+             "(predict, whatif: numpy only).", ""]
     for name, module in SUBCOMMANDS.items():
         lines += [f"{name}: {module.SUMMARY}.", flags_help(flag_values(name)), ""]
     return "\n".join(lines)

@@ -35,6 +35,13 @@ def matrix_shape(shape):
     return rows, columns
 
 
+def project_columns(matrix, factor):
+    """M^T F for M (n x m, or a batch) and F (n x r): computed as (F^T M)^T, which reads
+    M row by row; TensorFlow's CPU matmul with transpose_a is 9x slower at 4096^2, rank 4
+    (8 against 70 ms, one thread)."""
+    return tf.linalg.matrix_transpose(tf.matmul(factor, matrix, transpose_a=True))
+
+
 def orthonormalize(x, epsilon=0.0):
     """Orthonormal columns spanning x's, per matrix of a batch (reduced QR; a
     normalisation for one column)."""
@@ -142,7 +149,7 @@ class PowerSGD(LowRank):
         def after_p(summed):
             p_hat = orthonormalize(summed[0], self.orthogonalization_epsilon)
             state["p"].assign(p_hat)
-            return Round([Payload(tf.matmul(matrix, p_hat, transpose_a=True), Collective.ALLREDUCE)],
+            return Round([Payload(project_columns(matrix, p_hat), Collective.ALLREDUCE)],
                          lambda q_summed: after_q(p_hat, q_summed[0]))
 
         def after_q(p_hat, q_sum):
@@ -185,7 +192,7 @@ class ACPSGD(LowRank):
             sent = tf.matmul(matrix, query)  # P = (M + E) Q
             p, q = sent, query
         else:
-            sent = tf.matmul(matrix, query, transpose_a=True)  # Q = (M + E)^T P
+            sent = project_columns(matrix, query)  # Q = (M + E)^T P
             p, q = query, sent
         if self.use_error_feedback:  # E = M + E - P Q^T, with this worker's P and Q
             state["residual"].assign(tf.reshape(self._residual(matrix, p, q), grad.shape))

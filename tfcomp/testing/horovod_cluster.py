@@ -45,13 +45,14 @@ def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=(
 
 
 
-def horovod_ranks(module, cluster, args, out_dir, timeout=240, stop_on_failure_s=None):
+def horovod_ranks(module, cluster, args, out_dir, timeout=240, stop_on_failure_s=None, env=None):
     """Runs `python -m module --out=out_dir args` as one Horovod rank (Gloo) per
     worker of an emulated cluster (tfcomp.testing.netns_cluster): what horovodrun
     does for remote hosts, with `ip netns exec` in place of ssh. The rendezvous
     server runs in this process, on the launcher's address.
 
-    Returns (exit codes, logs, [each rank's out_dir/rank<r>.json or None]).
+    Returns (exit codes, logs, [each rank's out_dir/rank<r>.json or None]). env adds
+    to each rank's environment.
     """
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts  # pylint: disable=import-outside-toplevel
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars  # pylint: disable=import-outside-toplevel
@@ -72,15 +73,15 @@ def horovod_ranks(module, cluster, args, out_dir, timeout=240, stop_on_failure_s
     try:
         for slot in plan:
             worker = cluster.worker_hosts.index(slot.hostname)
-            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
-                       PYTHONUNBUFFERED="1", **{k: str(v) for k, v in create_run_env_vars(
-                           cluster.launcher_host, [WORKER_DEVICE], port).items()},
-                       **create_slot_env_vars(slot))
-            env.pop("TF_CONFIG", None)
+            rank_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
+                            PYTHONUNBUFFERED="1", **{k: str(v) for k, v in create_run_env_vars(
+                                cluster.launcher_host, [WORKER_DEVICE], port).items()},
+                            **create_slot_env_vars(slot), **(env or {}))
+            rank_env.pop("TF_CONFIG", None)
             log = open(out_dir / f"rank{slot.rank}.log", "w")
             logs.append(log)
             command = [*cluster.prefix(worker), sys.executable, "-m", module, f"--out={out_dir}", *args]
-            procs.append(subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen(command, env=rank_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         wait_then_stop(procs, logs, timeout, stop_on_failure_s)
     finally:
         wait_then_stop(procs, logs, 0)  # at once, if starting a rank failed

@@ -22,7 +22,7 @@ def free_ports(n):
 
 
 def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args=None, prefix=(),
-                hosts=None, prefixes=None, stop_on_failure_s=None):
+                hosts=None, prefixes=None, stop_on_failure_s=None, env=None):
     """Starts `python -m module --out=... args` as K workers.
 
     Returns (exit codes, logs, JSON results); a worker still running after
@@ -32,6 +32,7 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
     worker t's address (default localhost). With stop_on_failure_s, once a
     worker has failed the others get that many seconds to end before they are
     killed (they would otherwise wait in a collective until the timeout).
+    env adds to each worker's environment.
     """
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -41,13 +42,14 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
         stale.unlink()
     procs = []
     for task in range(num_workers):
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": task}}),
-                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+        worker_env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
+                                                            "task": {"type": "worker", "index": task}}),
+                          TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", **(env or {}))
         log = open(out_dir / f"worker{task}.log", "w")
         extra = per_worker_args[task] if per_worker_args else []
         launcher = prefixes[task] if prefixes else prefix
         command = [*launcher, sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
-        procs.append((subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
+        procs.append((subprocess.Popen(command, env=worker_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
     wait_then_stop([proc for proc, _ in procs], [log for _, log in procs], timeout, stop_on_failure_s)
     codes = [proc.returncode for proc, _ in procs]
     logs = [(out_dir / f"worker{t}.log").read_text() for t in range(num_workers)]

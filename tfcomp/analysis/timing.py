@@ -1,4 +1,4 @@
-"""Timing without TensorFlow, for benchmarks that must not import it."""
+"""Timing without TensorFlow (the analysis speed benchmark must not import it)."""
 import statistics
 import time
 

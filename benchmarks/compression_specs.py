@@ -1,0 +1,22 @@
+"""The main job's compressor settings, in the spec form the benchmarks pass around
+('DGC', 'PowerSGD:rank=2'), without TensorFlow: the driver processes that
+launch workers and read profiles (benchmarks/e2e.py) do not import it."""
+
+# The digits MLP and the small models are small: keep 1% rather than the papers' 0.1%, and rank 4.
+SPARSE_RATIO = 0.01
+RANK = 4
+LOW_RANK = ("PowerSGD", "ACPSGD")  # tfcomp.compressors.lowrank.LowRank's subclasses
+SPARSIFIERS = ("TopK", "RandomK", "DGC", "DRAGONN")  # tfcomp.compressors.sparse.Sparsifier's
+
+
+def explicit(spec):
+    """The spec with the main job's rank and ratio made explicit where it leaves them
+    out ('PowerSGD' -> 'PowerSGD:rank=4'), so that a profile (tfcomp.analysis.measure)
+    measures the compressor the workers run."""
+    name, *pairs = spec.split(":")
+    keys = {pair.partition("=")[0] for pair in pairs}
+    if name in LOW_RANK and "rank" not in keys:
+        pairs.append(f"rank={RANK}")
+    if name in SPARSIFIERS and "ratio" not in keys:
+        pairs.append(f"ratio={SPARSE_RATIO}")
+    return ":".join([name, *pairs])

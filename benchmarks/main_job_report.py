@@ -1,0 +1,33 @@
+"""The main job's printout: a side-by-side table per link, and the one-line verdict."""
+
+
+def table(title, rows):
+    base = rows[0]
+    lines = [title, f"{'compression':<14}{'ms/step':>9}{'speed-up':>10}{'bytes/step/worker':>19}"
+             f"{'vs dense':>10}{'accuracy':>10}"]
+    for r in rows:
+        lines.append(f"{r['compression']:<14}{r['step_ms']:>9.2f}{base['step_ms'] / r['step_ms']:>9.2f}x"
+                     f"{r['bytes_per_step']:>19,.0f}{r['dense_bytes'] / r['bytes_per_step']:>9.1f}x"
+                     f"{100 * r['accuracy']:>9.1f}%")
+    return "\n".join(lines)
+
+
+def verdict(model, results, accuracy_points):
+    """One line: on which links compression pays for this model (faster than dense at
+    an accuracy within accuracy_points of dense's) and on which it does not."""
+    pays, loses = [], []
+    for link, rows in results.items():
+        link = "unshaped loopback" if link == "loopback" else f"{link}/s links"
+        dense, compressed = rows[0], rows[1:]
+        good = [r for r in compressed if 100 * (dense["accuracy"] - r["accuracy"]) <= accuracy_points]
+        best = max(good, key=lambda r: dense["step_ms"] / r["step_ms"], default=None)
+        if best is not None and dense["step_ms"] > best["step_ms"]:
+            pays.append(f"{link} ({best['compression']} {dense['step_ms'] / best['step_ms']:.2f}x per step)")
+        elif best is not None:
+            loses.append(f"{link} (best {best['compression']} {dense['step_ms'] / best['step_ms']:.2f}x per step)")
+        else:
+            loses.append(f"{link} (none within {accuracy_points:g} points of dense accuracy)")
+    said = [f"pays on {', '.join(pays)}"] if pays else []
+    said += [f"does not pay on {', '.join(loses)}"] if loses else []
+    return (f"Compression for {model} {' and '.join(said)} (counting compressors within {accuracy_points:g} "
+            "points of dense accuracy).")

@@ -1,0 +1,26 @@
+"""One worker of `python -m tfcomp.analysis profile` under tfcomp.testing's launchers
+(which add --out, where each worker writes what it did as JSON, and --engine):
+every worker probes the link and measures the compressors; worker 0 saves
+--output."""
+import json
+import pathlib
+import sys
+
+from tfcomp.analysis import cli
+
+
+def main(argv):
+    out = next(a.split("=", 1)[1] for a in argv if a.startswith("--out="))
+    args = [a for a in argv if not a.startswith("--out=")]
+    code = cli.main(["tfcomp.analysis", "profile", *args])
+    path = pathlib.Path(out)
+    if "--engine=horovod" in args:
+        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        path.mkdir(parents=True, exist_ok=True)
+        path = path / f"rank{hvd.rank()}.json"
+    path.write_text(json.dumps({"exit": code}))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

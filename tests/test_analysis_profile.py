@@ -1,0 +1,121 @@
+"""`python -m tfcomp.analysis profile`: payloads per gradient as the cost model's
+closed forms give them, codec timings, and a profile recorded from a real Timeline
+trace that predict reads back; the link probed by two real workers."""
+import io
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfcomp
+from tfcomp.analysis import cli, costs, measure
+from tfcomp.analysis.predict import predict
+from tfcomp.analysis.profile import Profile
+from tfcomp.callbacks import Timeline
+from tfcomp.testing.local_cluster import run_workers
+
+
+@pytest.mark.parametrize("compressor, shape, expected", [
+    (tfcomp.FP16(), (64, 32), costs.fp16_transfers(64 * 32)),
+    (tfcomp.EFSignSGD(), (64, 32), costs.sign_transfers(64 * 32, with_scale=True)),
+    (tfcomp.SignSGD(), (1000,), costs.sign_transfers(1000)),
+    (tfcomp.TopK(ratio=0.01), (100, 100), costs.sparse_transfers(100 * 100, 0.01)),
+    (tfcomp.PowerSGD(4), (64, 32), costs.powersgd_transfers(64, 32, 4)),
+    (tfcomp.ACPSGD(4), (3, 3, 16, 32), costs.acpsgd_transfers(3 * 3 * 16, 32, 4)),
+    (tfcomp.PowerSGD(4), (32,), costs.dense_transfers(32)),  # a vector: not taken, sent dense
+])
+def test_transfers_follow_the_cost_models_forms(compressor, shape, expected):
+    got = measure.transfers(compressor, shape)
+    assert [t.collective for t in got] == [t.collective for t in expected]
+    assert [t.nbytes for t in got] == pytest.approx([t.nbytes for t in expected], rel=1e-6)
+
+
+def test_codec_times_are_measured_and_zero_where_the_compressor_does_not_apply():
+    for compressor in (tfcomp.EFSignSGD(), tfcomp.PowerSGD(2), tfcomp.DGC(ratio=0.01)):
+        encode, decode = measure.codec_seconds(compressor, (1024, 1024), runs=5)
+        assert 0 < encode < 1 and 0 < decode < 1, (compressor, encode, decode)
+    assert measure.codec_seconds(tfcomp.PowerSGD(2), (128,), runs=3) == (0.0, 0.0)
+
+
+def test_compressor_specs_are_parsed_or_refused():
+    powersgd = measure.parse_compressor("PowerSGD:rank=3")
+    assert isinstance(powersgd, tfcomp.PowerSGD) and powersgd.matrix_approximation_rank == 3
+    assert measure.parse_compressor("DGC:ratio=0.001").ratio == 0.001
+    with pytest.raises(ValueError, match="no tfcomp compressor 'Zip'"):
+        measure.parse_compressor("Zip")
+    with pytest.raises(ValueError, match="name=value"):
+        measure.parse_compressor("DGC:0.1")
+    with pytest.raises(ValueError, match="'TopK:rnak=2'"):
+        measure.parse_compressor("TopK:rnak=2")
+
+
+def _trace(tmp_path):
+    """A Timeline trace of a small MLP's training steps."""
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(256, activation="relu"),
+                                 tf.keras.layers.Dense(10)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    timeline = Timeline(tmp_path / "timeline", start_step=2, num_steps=5, worker="worker0")
+    x = np.random.default_rng(0).standard_normal((256, 32)).astype(np.float32)
+    model.fit(x, np.arange(256) % 10, batch_size=32, epochs=1, verbose=0, callbacks=[timeline])
+    return tmp_path / "timeline" / "worker0.trace.json", model
+
+
+def _probe(workers=2, gbps=1.0, alpha=1e-4):
+    """Samples of a link of this bandwidth and latency, as the probe writes them."""
+    bw = gbps * 1e9 / 8
+    return {"rank": 0, "workers": workers,
+            "allreduce": [[n, 2 * (workers - 1) * (alpha + n / workers / bw)] for n in (4096, 65536, 1 << 20)],
+            "allgather": [[n, 2 * alpha + (workers - 1) * n / bw] for n in (4096, 65536, 1 << 20)]}
+
+
+def run_cli(*args):
+    out, err = io.StringIO(), io.StringIO()
+    return cli.main(["tfcomp.analysis", *args], out, err), out.getvalue(), err.getvalue()
+
+
+def test_a_profile_recorded_from_a_timeline_predicts(tmp_path):
+    trace, model = _trace(tmp_path)
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps(_probe()))
+    code, out, err = run_cli("profile", f"--timeline={trace}", f"--link_probe={probe}", "--runs=3",
+                             "--compressors=EFSignSGD,PowerSGD:rank=2", f"--output={tmp_path / 'p.json'}", "--name=mlp")
+    assert code == 0, err
+    assert "saved" in out
+    profile = Profile.load(tmp_path / "p.json")
+    assert profile.model.name == "mlp"
+    assert sorted(g.nbytes for g in profile.model.gradients) == sorted(
+        float(v.shape.num_elements() * 4) for v in model.trainable_variables)
+    assert profile.model.forward_s > 0 and profile.model.backward_s > 0 and profile.model.apply_s > 0
+    assert 8 * profile.allreduce.bandwidth_bytes_per_s / 1e9 == pytest.approx(1.0, rel=1e-3)
+    assert profile.allreduce.alpha_s == pytest.approx(1e-4, rel=1e-3)
+    assert sorted(profile.compressors) == ["EFSignSGD", "PowerSGD:rank=2"]
+    results = predict(profile, 2, ["EFSignSGD", "PowerSGD:rank=2"])
+    assert all(r.iteration_s >= profile.model.single_step_s for r in results.values())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--output=x.json"], "--timeline and --output are required"),
+    (["--timeline=/no/such.json", "--output=x.json"], "cannot read timeline"),
+    (["--timeline={trace}", "--output=x.json", "--link_probe={probe}", "--compressors=Zip"], "no tfcomp compressor"),
+    (["--timeline={trace}", "--output=x.json", "--link_probe=/no/probe.json"], "cannot read link probe"),
+])
+def test_profile_user_errors_are_one_line(tmp_path, args, message):
+    trace, _ = _trace(tmp_path)
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps(_probe()))
+    code, _, err = run_cli("profile", *(a.format(trace=trace, probe=probe) for a in args))
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_link_is_probed_by_every_worker_running_the_command(tmp_path):
+    trace, _ = _trace(tmp_path)
+    codes, logs, results = run_workers("benchmarks.profile_worker", 2,
+                                 [f"--timeline={trace}", "--probe_max_bytes=4194304", "--runs=3",
+                                  f"--output={tmp_path / 'probed.json'}"], tmp_path / "workers", timeout=240)
+    assert codes == [0, 0] and results == [{"exit": 0}] * 2, logs
+    profile = Profile.load(tmp_path / "probed.json")
+    for link in (profile.allreduce, profile.allgather):
+        assert link.bandwidth_bytes_per_s > 0 and link.alpha_s >= 0

@@ -1,0 +1,73 @@
+"""A model profile from what tfcomp.callbacks.Timeline recorded: its trace file
+(WORKER.trace.json) holds each step's phases and the moment each gradient was
+ready. Numpy and json only.
+
+Per step: forward is from the data being ready to the first gradient being ready
+(the output layer's, the first the backward pass computes), backward from then to
+the last gradient, apply is the optimizer's phase; each gradient's ready time is
+counted from the backward pass's start. The profile keeps the median of each over
+the recorded steps, so one slow step does not set it.
+"""
+import json
+import statistics
+
+from tfcomp.analysis.profile import GradientProfile, ModelProfile
+
+
+def _steps(events):
+    """{step: {"segments": [(phase, start_us, dur_us)], "ready": {name: (ts_us, bytes)}}}"""
+    steps = {}
+    for e in events:
+        args = e.get("args") or {}
+        if "step" not in args:
+            continue
+        step = steps.setdefault(args["step"], {"segments": [], "ready": {}})
+        if e.get("ph") == "X" and e.get("cat") == "phase":
+            step["segments"].append((args["phase"], e["ts"], e["dur"]))
+        elif e.get("ph") == "i" and e.get("cat") == "gradient":
+            step["ready"][e["name"]] = (e["ts"], args["bytes"])
+    return steps
+
+
+def _one_step(step):
+    """(forward_s, backward_s, apply_s, {name: (ready_s, bytes)}) of one recorded step, or None
+    when it lacks the forward-backward phase or gradients."""
+    fb = [(start, dur) for phase, start, dur in step["segments"] if phase == "forward_backward"]
+    if not fb or not step["ready"]:
+        return None
+    fb_start, fb_end = fb[0][0], fb[-1][0] + fb[-1][1]
+    first = min(ts for ts, _ in step["ready"].values())
+    last = max(ts for ts, _ in step["ready"].values())
+    backward_end = max(fb_end, last)
+    apply_s = 1e-6 * sum(dur for phase, _, dur in step["segments"] if phase == "apply")
+    ready = {name: (1e-6 * (ts - first), nbytes) for name, (ts, nbytes) in step["ready"].items()}
+    return 1e-6 * max(0.0, first - fb_start), 1e-6 * (backward_end - first), apply_s, ready
+
+
+def model_profile(trace, name=None):
+    """ModelProfile from a Timeline trace: a path to WORKER.trace.json or its parsed JSON."""
+    if not isinstance(trace, dict):
+        with open(trace, encoding="utf-8") as f:
+            try:
+                trace = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{f.name}: not a Timeline trace ({e})") from None
+    if not isinstance(trace.get("traceEvents"), list):
+        raise ValueError("not a Timeline trace: no traceEvents (write one with tfcomp.callbacks.Timeline)")
+    steps = [s for s in (_one_step(step) for step in _steps(trace["traceEvents"]).values()) if s is not None]
+    if not steps:
+        raise ValueError("the trace has no step with a forward-backward phase and gradient ready times: "
+                         "record at least one training step with tfcomp.callbacks.Timeline")
+    names = set(steps[0][3])
+    if any(set(s[3]) != names for s in steps):
+        raise ValueError("the trace's steps report different gradients; record one model's steps only")
+    gradients = []
+    for g in names:
+        ready = statistics.median(s[3][g][0] for s in steps)
+        gradients.append((ready, g, steps[0][3][g][1]))
+    backward_s = statistics.median(s[1] for s in steps)
+    gradients.sort()
+    worker = (trace.get("otherData") or {}).get("worker", "worker")
+    return ModelProfile(name or f"timeline of {worker}", statistics.median(s[0] for s in steps), backward_s,
+                        statistics.median(s[2] for s in steps),
+                        [GradientProfile(g, float(nbytes), min(ready, backward_s)) for ready, g, nbytes in gradients])

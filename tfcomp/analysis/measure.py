@@ -1,0 +1,141 @@
+"""The measured parts of a profile that need TensorFlow: each compressor's encode and
+decode time for the model's own gradient shapes and what it sends for each, and the
+vector-add cost (Zhang's AddEst) per size. Timed on this worker, one tensor at a
+time, as the median of `runs` calls of a compiled function (the first, which traces,
+left out).
+
+Encode is compress() up to its first payloads; decode is the rest, from the first
+collective's result to the gradient (for PowerSGD, its second round's work between
+the two allreduces counts as decode: the simulator places all of a compressor's
+remaining work after its last transfer).
+"""
+import statistics
+
+import numpy as np
+import tensorflow as tf
+
+from tfcomp.analysis.costs import Transfer
+from tfcomp.analysis.profile import CompressorProfile
+from tfcomp.analysis.tables import SizeTable
+from tfcomp.analysis.timing import median_s
+from tfcomp.compressors.base import Collective, TensorContext
+from tfcomp.state import CompressionState
+
+# Knob names a compressor spec may abbreviate ("PowerSGD:rank=4").
+KNOB_ALIASES = {"rank": "matrix_approximation_rank"}
+
+
+def parse_compressor(spec):
+    """'DGC' or 'PowerSGD:rank=4' (knobs name=value, ':'-separated) -> a tfcomp compressor."""
+    import tfcomp  # pylint: disable=import-outside-toplevel
+    name, *pairs = spec.split(":")
+    knobs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"compressor knobs are name=value, got {pair!r} in {spec!r}")
+        try:
+            knobs[KNOB_ALIASES.get(key, key)] = int(value)
+        except ValueError:
+            try:
+                knobs[KNOB_ALIASES.get(key, key)] = float(value)
+            except ValueError:
+                knobs[KNOB_ALIASES.get(key, key)] = value
+    cls = getattr(tfcomp.compressors, name, None)
+    if not isinstance(cls, type) or not issubclass(cls, tfcomp.compressors.Compressor):
+        raise ValueError(f"no tfcomp compressor {name!r} (in {spec!r}); choose from "
+                         f"{', '.join(n for n in tfcomp.compressors.__all__ if n not in _NOT_COMPRESSORS)}")
+    try:
+        return cls(**knobs)
+    except TypeError as e:
+        raise ValueError(f"{spec!r}: {e}") from None
+
+
+_NOT_COMPRESSORS = ("Collective", "Compressor", "Payload", "PayloadSpec", "Round", "TensorContext", "resolve")
+
+
+def transfers(compressor, shape, dtype=tf.float32):
+    """What one worker sends for a gradient of this shape: a Transfer per round and
+    collective kind, scaled to the compressor's per-step payload_bytes (ACP-SGD
+    alternates two factors); dense allreduce where the compressor does not take it."""
+    dtype = tf.as_dtype(dtype)
+    if not compressor.accepts(shape, dtype)[0]:
+        return (Transfer("allreduce", float(np.prod(shape, dtype=np.int64)) * dtype.size),)
+    out = []
+    for specs in compressor.payload_specs(shape, dtype):
+        by_kind = {}
+        for spec in specs:
+            by_kind[spec.collective.value] = by_kind.get(spec.collective.value, 0) + spec.nbytes
+        out += [Transfer(kind, nbytes) for kind, nbytes in by_kind.items()]
+    scale = compressor.payload_bytes(shape, dtype) / sum(t.nbytes for t in out)
+    return tuple(Transfer(t.collective, t.nbytes * scale) for t in out)
+
+
+def _as_result(payload, num_workers):
+    """What a collective among num_workers identical workers returns for this payload."""
+    if payload.collective is Collective.ALLGATHER:
+        return tf.stack([payload.tensor] * num_workers)
+    return payload.tensor * num_workers
+
+
+def codec_seconds(compressor, shape, dtype=tf.float32, num_workers=2, runs=7):
+    """(encode seconds, decode seconds) of one gradient of this shape on this worker:
+    medians over runs of timestamps taken inside one compiled call, after the payloads
+    and after the result, so the two parts come from the same execution."""
+    dtype = tf.as_dtype(dtype)
+    if not compressor.accepts(shape, dtype)[0]:
+        return 0.0, 0.0
+    grad = tf.constant(np.random.default_rng(0).standard_normal(shape).astype(dtype.as_numpy_dtype))
+    state = CompressionState(name="analysis_profile")
+    variables = state.tensor_state("g", compressor.state_specs(grad.shape, grad.dtype))
+    ctx = TensorContext("g", num_workers, tf.constant(1, tf.int64))
+
+    @tf.function
+    def timed(g):
+        start = tf.timestamp()
+        with tf.control_dependencies([start]):
+            rnd = compressor.compress(tf.identity(g), variables, ctx)
+        with tf.control_dependencies([p.tensor for p in rnd.payloads]):
+            encoded = tf.timestamp()
+        while True:
+            with tf.control_dependencies([encoded]):
+                out = rnd.finish([tf.identity(_as_result(p, num_workers)) for p in rnd.payloads])
+            if not hasattr(out, "payloads"):
+                break
+            rnd = out
+        with tf.control_dependencies([out]):
+            return encoded - start, tf.timestamp() - encoded
+
+    timed(grad)
+    samples = [tuple(float(t) for t in timed(grad)) for _ in range(runs)]
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
+def compressor_profile(label, compressor, gradients, num_workers=2, runs=7):
+    """CompressorProfile of a compressor on the model's gradients [(name, shape, dtype)]:
+    encode and decode per size from each distinct gradient shape (the median over
+    shapes of one size), payloads per gradient."""
+    by_size = {}
+    for name, shape, dtype in gradients:
+        nbytes = float(np.prod(shape, dtype=np.int64)) * tf.as_dtype(dtype).size
+        if (tuple(shape), dtype) not in {(s, d) for s, d, _ in by_size.get(nbytes, [])}:
+            by_size.setdefault(nbytes, []).append(
+                (tuple(shape), dtype, codec_seconds(compressor, shape, dtype, num_workers, runs)))
+    sizes = sorted(by_size)
+    encode = [(n, statistics.median(t[0] for *_, t in by_size[n])) for n in sizes]
+    decode = [(n, statistics.median(t[1] for *_, t in by_size[n])) for n in sizes]
+    return CompressorProfile(label, SizeTable(encode, f"{label} encode"), SizeTable(decode, f"{label} decode"),
+                             {name: transfers(compressor, shape, dtype) for name, shape, dtype in gradients})
+
+
+def addest(max_bytes, runs=7):
+    """Zhang's AddEst: seconds of a float32 vector add, at powers of 4 from 4 KiB to max_bytes."""
+    points, n = [], 1024
+    while True:
+        a = tf.ones([n], tf.float32)
+        b = tf.ones([n], tf.float32)
+        add = tf.function(lambda: a + b)
+        points.append((4.0 * n, median_s(lambda: add().numpy(), runs)))
+        if 4 * n >= max_bytes:
+            return SizeTable(points, "AddEst")
+        n *= 4
