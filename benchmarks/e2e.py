@@ -14,6 +14,7 @@ already there are skipped); OUTPUT/e2e.md and the PNG plots are rewritten from
 that file after every run. Namespaces and worker processes are removed on exit,
 also after Ctrl-C or a failed worker.
 """
+import dataclasses
 import json
 import pathlib
 import signal
@@ -118,9 +119,11 @@ def record_profile(launcher, work_dir, model, measured, path):
 
 
 def predicted_step_ms(profile_path, engine, workers, compression):
-    """The analysis tools' predicted step time for this run (tfcomp's buckets, Horovod's
-    cycle for Horovod's own dense allreduce)."""
+    """The analysis tools' predicted step time for this run: every gradient ready when the
+    backward pass ends (model.fit hands them to the optimizer at once), tfcomp's buckets,
+    Horovod's cycle for Horovod's own dense allreduce."""
     profile = Profile.load(profile_path)
+    profile = dataclasses.replace(profile, model=profile.model.ready_at_backward_end())
     fusion = CycleFusion() if engine == "horovod" and compression == "none" else None
     name = None if compression == "none" else compression_specs.explicit(compression)
     if name is not None and name not in profile.compressors:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfcomp.analysis import costs
+from tfcomp.analysis import costs, synthetic
 from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, Link, Transfer
 from tfcomp.analysis.fusion_policies import BucketFusion, CycleFusion
 from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
@@ -354,3 +354,13 @@ def test_analysis_modules_run_without_tensorflow():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
                           env=env)
     assert done.returncode == 0, done.stderr
+
+
+def test_gradients_ready_at_backward_end_hide_no_communication():
+    profile = synthetic.synthetic_profile()
+    late = profile.model.ready_at_backward_end()
+    assert {g.ready_s for g in late.gradients} == {profile.model.backward_s}
+    assert [g.name for g in late.gradients] == [g.name for g in profile.model.gradients]
+    overlapped = simulate(profile.model, 16, profile.allreduce, addest=profile.addest)
+    serial = simulate(late, 16, profile.allreduce, addest=profile.addest)
+    assert serial.iteration_s > overlapped.iteration_s

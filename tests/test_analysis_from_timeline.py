@@ -29,13 +29,19 @@ def _document(records):
     return json.loads(json.dumps(trace.document(records, 0, "worker0")))
 
 
+def _end(record):
+    return record.segments[-1].end
+
+
 def test_phases_and_ready_times_are_medians_over_the_steps():
-    records = [_step(10, 100.0, 0.010, 0.020, 0.003, [0.0, 0.001, 0.019], SIZES),
-               _step(11, 101.0, 0.012, 0.024, 0.004, [0.0, 0.002, 0.021], SIZES),
-               _step(12, 102.0, 0.500, 0.900, 0.100, [0.0, 0.003, 0.800], SIZES)]  # one disturbed step
-    profile = from_timeline.model_profile(_document(records), name="mlp")
+    # Consecutive steps 2 ms apart; the third one disturbed.
+    first = _step(10, 100.0, 0.010, 0.020, 0.003, [0.0, 0.001, 0.019], SIZES)
+    second = _step(11, _end(first) + 0.002, 0.012, 0.024, 0.004, [0.0, 0.002, 0.021], SIZES)
+    third = _step(12, _end(second) + 0.002, 0.500, 0.900, 0.100, [0.0, 0.003, 0.800], SIZES)
+    profile = from_timeline.model_profile(_document([first, second, third]), name="mlp")
     assert profile.name == "mlp"
-    assert profile.forward_s == pytest.approx(0.012, abs=1e-6)
+    # Forward: to the first gradient, plus the 1 ms input phase and the 2 ms between steps.
+    assert profile.forward_s == pytest.approx(0.012 + 0.001 + 0.002, abs=1e-6)
     assert profile.backward_s == pytest.approx(0.024, abs=1e-6)
     assert profile.apply_s == pytest.approx(0.004, abs=1e-6)
     assert [g.name for g in profile.gradients] == ["dense_1/kernel", "dense_1/bias", "dense/kernel"]

@@ -5,8 +5,11 @@ ready. Numpy and json only.
 Per step: forward is from the data being ready to the first gradient being ready
 (the output layer's, the first the backward pass computes), backward from then to
 the last gradient, apply is the optimizer's phase; each gradient's ready time is
-counted from the backward pass's start. The profile keeps the median of each over
-the recorded steps, so one slow step does not set it.
+counted from the backward pass's start. What a step spends outside these and the
+exchange, which no compression changes (the input and metrics phases, and the
+time between consecutive steps: Keras' own per-step work), is counted in forward,
+so that a predicted step time is a measured one's. The profile keeps the median
+of each over the recorded steps, so one slow step does not set it.
 """
 import json
 import statistics
@@ -31,7 +34,8 @@ def _steps(events):
 
 def _one_step(step):
     """(forward_s, backward_s, apply_s, {name: (ready_s, bytes)}) of one recorded step, or None
-    when it lacks the forward-backward phase or gradients."""
+    when it lacks the forward-backward phase or gradients; forward includes the input and
+    metrics phases."""
     fb = [(start, dur) for phase, start, dur in step["segments"] if phase == "forward_backward"]
     if not fb or not step["ready"]:
         return None
@@ -39,9 +43,22 @@ def _one_step(step):
     first = min(ts for ts, _ in step["ready"].values())
     last = max(ts for ts, _ in step["ready"].values())
     backward_end = max(fb_end, last)
-    apply_s = 1e-6 * sum(dur for phase, _, dur in step["segments"] if phase == "apply")
+
+    def phase_s(name):
+        return 1e-6 * sum(dur for phase, _, dur in step["segments"] if phase == name)
+
     ready = {name: (1e-6 * (ts - first), nbytes) for name, (ts, nbytes) in step["ready"].items()}
-    return 1e-6 * max(0.0, first - fb_start), 1e-6 * (backward_end - first), apply_s, ready
+    forward_s = 1e-6 * max(0.0, first - fb_start) + phase_s("input") + phase_s("metrics")
+    return forward_s, 1e-6 * (backward_end - first), phase_s("apply"), ready
+
+
+def _between_steps_s(steps):
+    """Median time from one recorded step's last segment to the next step's first, over
+    consecutive recorded steps (0 without any)."""
+    spans = {n: (min(start for _, start, _ in s["segments"]), max(start + dur for _, start, dur in s["segments"]))
+             for n, s in steps.items() if s["segments"]}
+    gaps = [1e-6 * max(0.0, spans[n + 1][0] - spans[n][1]) for n in spans if n + 1 in spans]
+    return statistics.median(gaps) if gaps else 0.0
 
 
 def model_profile(trace, name=None):
@@ -54,7 +71,8 @@ def model_profile(trace, name=None):
                 raise ValueError(f"{f.name}: not a Timeline trace ({e})") from None
     if not isinstance(trace.get("traceEvents"), list):
         raise ValueError("not a Timeline trace: no traceEvents (write one with tfcomp.callbacks.Timeline)")
-    steps = [s for s in (_one_step(step) for step in _steps(trace["traceEvents"]).values()) if s is not None]
+    recorded = _steps(trace["traceEvents"])
+    steps = [s for s in (_one_step(step) for step in recorded.values()) if s is not None]
     if not steps:
         raise ValueError("the trace has no step with a forward-backward phase and gradient ready times: "
                          "record at least one training step with tfcomp.callbacks.Timeline")
@@ -68,6 +86,7 @@ def model_profile(trace, name=None):
     backward_s = statistics.median(s[1] for s in steps)
     gradients.sort()
     worker = (trace.get("otherData") or {}).get("worker", "worker")
-    return ModelProfile(name or f"timeline of {worker}", statistics.median(s[0] for s in steps), backward_s,
+    forward_s = statistics.median(s[0] for s in steps) + _between_steps_s(recorded)
+    return ModelProfile(name or f"timeline of {worker}", forward_s, backward_s,
                         statistics.median(s[2] for s in steps),
                         [GradientProfile(g, float(nbytes), min(ready, backward_s)) for ready, g, nbytes in gradients])

@@ -54,6 +54,13 @@ class ModelProfile:
                                  f"ends ({self.backward_s} s)")
             previous = g.ready_s
 
+    def ready_at_backward_end(self):
+        """This profile with every gradient ready when the backward pass ends: what an
+        exchange sees that gets the gradients all at once (Keras' model.fit hands them to
+        the optimizer together), so none of its communication hides behind backward."""
+        return dataclasses.replace(self, gradients=[dataclasses.replace(g, ready_s=self.backward_s)
+                                                    for g in self.gradients])
+
     @property
     def total_bytes(self):
         return sum(g.nbytes for g in self.gradients)
