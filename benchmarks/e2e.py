@@ -14,7 +14,6 @@ already there are skipped); OUTPUT/e2e.md and the PNG plots are rewritten from
 that file after every run. Namespaces and worker processes are removed on exit,
 also after Ctrl-C or a failed worker.
 """
-import dataclasses
 import json
 import pathlib
 import signal
@@ -24,12 +23,9 @@ import time
 
 from absl import app, flags
 
-from benchmarks import compression_specs, e2e_report
+from benchmarks import e2e_report, prediction
 from models import registry
-from tfcomp.analysis.fusion_policies import CycleFusion
 from tfcomp.analysis.link_fit import fit_link
-from tfcomp.analysis.profile import Profile
-from tfcomp.analysis.simulator import simulate_profile
 from tfcomp.testing import netns_cluster
 from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
 from tfcomp.testing.slow_link import emulated_link
@@ -100,35 +96,16 @@ def probe(launcher, work_dir):
 
 
 def record_profile(launcher, work_dir, model, measured, path):
-    """`python -m tfcomp.analysis profile` on the cluster's workers, from the model's dense
-    run's Timeline trace and the cluster's probe: the path of the profile saved."""
-    trace = work_dir / f"{model}-none" / "worker0.json.timeline" / "worker0.trace.json"
-    if not measured or not trace.exists():
-        raise app.UsageError("--predict needs the probe and --timeline_steps > 0 (the dense run's trace)")
+    """The profile of a model on this cluster, from its dense run's Timeline trace and the
+    cluster's probe: the path it is saved at."""
+    if not measured:
+        raise app.UsageError("--predict needs the link probe (drop --noprobe)")
     probe_path = work_dir / "probe.json"
     probe_path.write_text(json.dumps({"workers": launcher.workers,
                                       **{k: measured[k]["samples"] for k in ("allreduce", "allgather")}}))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    compressors = [compression_specs.explicit(c) for c in FLAGS.compressors if c != "none"]
-    ok, _, log = launcher.run("benchmarks.profile_worker", [
-        f"--timeline={trace}", f"--link_probe={probe_path}", f"--compressors={','.join(compressors)}",
-        f"--output={path}", f"--name={model} ({FLAGS.size})"], work_dir / f"{model}-profile")
-    if not ok:
-        raise RuntimeError(f"profiling {model} failed: {log}")
-    return path
-
-
-def predicted_step_ms(profile_path, engine, workers, compression):
-    """The analysis tools' predicted step time for this run: every gradient ready when the
-    backward pass ends (model.fit hands them to the optimizer at once), tfcomp's buckets,
-    Horovod's cycle for Horovod's own dense allreduce."""
-    profile = Profile.load(profile_path)
-    profile = dataclasses.replace(profile, model=profile.model.ready_at_backward_end())
-    fusion = CycleFusion() if engine == "horovod" and compression == "none" else None
-    name = None if compression == "none" else compression_specs.explicit(compression)
-    if name is not None and name not in profile.compressors:
-        return None  # a compressor added to a resumed grid after its profile was recorded
-    return 1e3 * simulate_profile(profile, workers, compressor=name, fusion=fusion).iteration_s
+    trace = work_dir / f"{model}-none" / "worker0.json.timeline" / "worker0.trace.json"
+    return prediction.record_profile(launcher, trace, FLAGS.compressors, path, work_dir / f"{model}-profile",
+                                     f"{model} ({FLAGS.size})", link_probe=probe_path)
 
 
 def grid():
@@ -211,7 +188,8 @@ def main(argv):
                         if compression == "none":
                             profiles[model] = record_profile(launcher, work_dir, model, measured, profile_paths[model])
                         if model in profiles:
-                            record["predicted_step_ms"] = predicted_step_ms(profiles[model], engine, workers, compression)
+                            record["predicted_step_ms"] = prediction.predicted_step_ms(profiles[model], engine,
+                                                                                       workers, compression)
                             record["profile"] = str(profiles[model].relative_to(out))
                     with open(runs_path, "a") as f:
                         f.write(json.dumps(record) + "\n")

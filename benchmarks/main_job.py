@@ -18,6 +18,7 @@ import tempfile
 
 from absl import app, flags
 
+from benchmarks import prediction
 from benchmarks.main_job_report import table, verdict
 from models import registry
 from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
@@ -44,6 +45,9 @@ flags.DEFINE_bool("slow_link", True, "Repeat the comparison on an emulated clust
                   "worker, links shaped both ways to --link_rate with tc tbf; needs root).")
 flags.DEFINE_string("link_rate", "1gbit", "tc rate of each worker's emulated link.")
 flags.DEFINE_bool("bfc_allocator", True, BFC_ALLOCATOR_HELP)
+flags.DEFINE_bool("predict", True, "Record a tfcomp.analysis profile on each link's workers (the dense run's "
+                  "Timeline trace, the engine's link probe, each compressor's encode and decode times) and print "
+                  "the predicted step time beside the measured one.")
 flags.DEFINE_float("accuracy_points", 1.0, "A compressor pays where it is faster than dense at a final test "
                    "accuracy at most this many points below dense's.")
 flags.DEFINE_string("out", None, "Also write the results as JSON here.")
@@ -54,19 +58,30 @@ ENGINE_WORDS = {"tf.distribute": "MultiWorkerMirroredStrategy workers", "horovod
 
 
 def run_all(launcher, work_dir, gbps, timeline_dir=None):
+    work_dir = pathlib.Path(work_dir)
     rows = []
     for name in FLAGS.compressors:
         args = [f"--model={FLAGS.model}", f"--size={FLAGS.size}", f"--compression={name}",
                 f"--epochs={FLAGS.epochs}", f"--steps_per_epoch={FLAGS.steps_per_epoch}", f"--bandwidth_gbps={gbps}"]
         if FLAGS.lr is not None:
             args.append(f"--lr={FLAGS.lr}")
-        if timeline_dir:
-            args.append(f"--timeline={pathlib.Path(timeline_dir).resolve() / name}")
-        ok, result, log = launcher.run("benchmarks.main_job_worker", args,
-                                       pathlib.Path(work_dir) / name.replace(":", "_"))
+        timeline = pathlib.Path(timeline_dir).resolve() / name if timeline_dir else None
+        if timeline is None and FLAGS.predict and name == prediction.DENSE:
+            timeline = work_dir / "timeline-none"  # a few steps, for the profile
+            args.append("--timeline_steps=5")
+        if timeline:
+            args.append(f"--timeline={timeline}")
+        ok, result, log = launcher.run("benchmarks.main_job_worker", args, work_dir / name.replace(":", "_"))
         if not ok:
             raise RuntimeError(f"{name}: {log}")
         rows.append({"compression": name, **result})
+    if FLAGS.predict:
+        worker = "rank0" if FLAGS.engine == "horovod" else "worker0"
+        dense_timeline = pathlib.Path(timeline_dir).resolve() / "none" if timeline_dir else work_dir / "timeline-none"
+        profile = prediction.record_profile(launcher, dense_timeline / f"{worker}.trace.json", FLAGS.compressors,
+                                            work_dir / "profile.json", work_dir / "profile", FLAGS.model)
+        for row in rows:
+            row["predicted_ms"] = prediction.predicted_step_ms(profile, FLAGS.engine, FLAGS.workers, row["compression"])
     return rows
 
 

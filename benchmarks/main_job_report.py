@@ -2,13 +2,18 @@
 
 
 def table(title, rows):
+    """The side-by-side table; with predictions (tfcomp.analysis), a column of them."""
     base = rows[0]
+    predicted = any(r.get("predicted_ms") for r in rows)
     lines = [title, f"{'compression':<14}{'ms/step':>9}{'speed-up':>10}{'bytes/step/worker':>19}"
-             f"{'vs dense':>10}{'accuracy':>10}"]
+             f"{'vs dense':>10}{'accuracy':>10}" + (f"{'predicted ms':>14}" if predicted else "")]
     for r in rows:
-        lines.append(f"{r['compression']:<14}{r['step_ms']:>9.2f}{base['step_ms'] / r['step_ms']:>9.2f}x"
-                     f"{r['bytes_per_step']:>19,.0f}{r['dense_bytes'] / r['bytes_per_step']:>9.1f}x"
-                     f"{100 * r['accuracy']:>9.1f}%")
+        line = (f"{r['compression']:<14}{r['step_ms']:>9.2f}{base['step_ms'] / r['step_ms']:>9.2f}x"
+                f"{r['bytes_per_step']:>19,.0f}{r['dense_bytes'] / r['bytes_per_step']:>9.1f}x"
+                f"{100 * r['accuracy']:>9.1f}%")
+        if predicted:
+            line += f"{r['predicted_ms']:>14.2f}" if r.get("predicted_ms") else f"{'—':>14}"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -9,7 +9,19 @@ import sys
 from tfcomp.analysis import cli
 
 
+def _expanded(argv):
+    """argv with each --flagfile=F (horovodrun's launcher passes the flags so) replaced by F's lines."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--flagfile="):
+            out += [line for line in pathlib.Path(arg.split("=", 1)[1]).read_text().splitlines() if line]
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv):
+    argv = _expanded(argv)
     out = next(a.split("=", 1)[1] for a in argv if a.startswith("--out="))
     args = [a for a in argv if not a.startswith("--out=")]
     code = cli.main(["tfcomp.analysis", "profile", *args])

@@ -34,7 +34,8 @@ def test_transfers_follow_the_cost_models_forms(compressor, shape, expected):
 def test_codec_times_are_measured_and_zero_where_the_compressor_does_not_apply():
     for compressor in (tfcomp.EFSignSGD(), tfcomp.PowerSGD(2), tfcomp.DGC(ratio=0.01)):
         encode, decode = measure.codec_seconds(compressor, (1024, 1024), runs=5)
-        assert 0 < encode < 1 and 0 < decode < 1, (compressor, encode, decode)
+        # A 4 MiB gradient: both sides touch every byte (grappler once left the timestamps 1 us apart).
+        assert 5e-5 < encode < 1 and 5e-5 < decode < 1, (compressor, encode, decode)
     assert measure.codec_seconds(tfcomp.PowerSGD(2), (128,), runs=3) == (0.0, 0.0)
 
 

@@ -13,9 +13,11 @@ from tfcomp.testing.local_cluster import ROOT
 def test_main_job_prints_the_comparison(tmp_path, engine):
     # Tensor selection plans for a 1 Gbit/s link, so DRAGONN compresses the 512x4096 head whatever
     # a busy moment of the shared machine does to its measured compression time.
+    # The predicted column (a profile recorded on the workers) on one engine: the other's is the e2e test's.
+    predict = "--predict" if engine == "horovod" else "--nopredict"
     out = subprocess.run([sys.executable, "-m", "benchmarks.main_job", f"--engine={engine}", "--epochs=2",
                           "--steps_per_epoch=8", "--compressors=none,DRAGONN", "--loopback_gbps=1", "--noslow_link",
-                          f"--timeline={tmp_path / 'timelines'}"],
+                          predict, f"--timeline={tmp_path / 'timelines'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     lines = out.stdout.splitlines()
@@ -23,6 +25,9 @@ def test_main_job_prints_the_comparison(tmp_path, engine):
     assert "xml (small" in lines[header - 1]  # the communication-heavy model by default
     rows = {line.split()[0]: line.split() for line in lines[header + 1:header + 3]}
     assert set(rows) == {"none", "DRAGONN"}
+    if predict == "--predict":
+        assert lines[header].endswith("predicted ms")
+        assert all(float(rows[name][6]) > 0 for name in rows)
     dense, compressed = (int(rows[name][3].replace(",", "")) for name in ("none", "DRAGONN"))
     assert dense == 512 * 4096 * 4  # the head alone: the embedding is not trained
     assert compressed < dense / 10  # DRAGONN at 1% sends values and indices

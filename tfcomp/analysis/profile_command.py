@@ -37,6 +37,10 @@ def define_flags(fv):
                       "times (without --link_probe).", flag_values=fv)
     flags.DEFINE_integer("probe_max_bytes", 4 << 20, "Largest probe message per worker, in bytes.", flag_values=fv)
     flags.DEFINE_integer("runs", 7, "Timed calls per measurement (the median is kept).", flag_values=fv)
+    flags.DEFINE_bool("overlap_backward", False, "Keep each gradient's measured ready time, for an exchange that "
+                      "starts while the backward pass still runs; by default every gradient is saved ready when "
+                      "the backward pass ends, as tfcomp's exchange and Keras' model.fit receive them all at once.",
+                      flag_values=fv)
     flags.DEFINE_string("name", None, "The model's name in the profile (default: the trace's worker).",
                         flag_values=fv)
 
@@ -74,6 +78,8 @@ def run(fv, out):
         with open(fv.timeline, encoding="utf-8") as f:
             trace = json.load(f)
         model = from_timeline.model_profile(trace, name=fv.name)
+        if not fv.overlap_backward:
+            model = model.ready_at_backward_end()
     except OSError as e:
         raise app.UsageError(f"cannot read timeline {fv.timeline}: {e.strerror or e}") from None
     except (json.JSONDecodeError, ValueError) as e:

@@ -1,0 +1,42 @@
+"""The analysis tools inside the benchmarks: record a profile on the workers a
+benchmark launched (`python -m tfcomp.analysis profile` through
+benchmarks/profile_worker.py), and predict a run's step time from it. No
+TensorFlow in this process."""
+import dataclasses
+
+from benchmarks import compression_specs
+from tfcomp.analysis.fusion_policies import CycleFusion
+from tfcomp.analysis.profile import Profile
+from tfcomp.analysis.simulator import simulate_profile
+
+DENSE = "none"
+
+
+def record_profile(launcher, trace, compressions, path, work_dir, name, link_probe=None):
+    """Runs the profile command on the launcher's workers from a dense run's Timeline
+    trace; every compressor of `compressions` (specs) but 'none' is measured. Without
+    link_probe (a saved probe's path) the workers probe the link with their engine."""
+    if not trace.exists():
+        raise RuntimeError(f"no Timeline trace of the dense run at {trace}: record one to predict from it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    specs = [compression_specs.explicit(c) for c in compressions if c != DENSE]
+    args = [f"--timeline={trace}", f"--compressors={','.join(specs)}", f"--output={path}", f"--name={name}"]
+    if link_probe:
+        args.append(f"--link_probe={link_probe}")
+    ok, _, log = launcher.run("benchmarks.profile_worker", args, work_dir)
+    if not ok:
+        raise RuntimeError(f"recording the profile failed: {log}")
+    return path
+
+
+def predicted_step_ms(profile_path, engine, workers, compression):
+    """The predicted step time of a run, in ms: every gradient ready when the backward
+    pass ends (model.fit hands them to the optimizer at once), tfcomp's buckets, Horovod's
+    cycle for Horovod's own dense allreduce. None for a compressor the profile lacks."""
+    profile = Profile.load(profile_path)
+    profile = dataclasses.replace(profile, model=profile.model.ready_at_backward_end())
+    fusion = CycleFusion() if engine == "horovod" and compression == DENSE else None
+    name = None if compression == DENSE else compression_specs.explicit(compression)
+    if name is not None and name not in profile.compressors:
+        return None  # e.g. a compressor added to a resumed grid after its profile was recorded
+    return 1e3 * simulate_profile(profile, workers, compressor=name, fusion=fusion).iteration_s
