@@ -14,6 +14,8 @@ compression pays; the last line says where it does not.
 import json
 import os
 import pathlib
+import signal
+import sys
 import tempfile
 
 from absl import app, flags
@@ -101,6 +103,7 @@ def main(argv):
     if FLAGS.compressors[:1] != ["none"]:
         raise app.UsageError("--compressors: the first must be 'none', the dense run the others are compared with")
     link_gbps = _gbps(FLAGS.link_rate)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # removes the cluster as Ctrl-C does
     if FLAGS.slow_link and os.geteuid() != 0:
         raise app.UsageError("the emulated link needs root (network namespaces, tc); run as root, or pass "
                              "--noslow_link for the loopback comparison alone")

@@ -49,7 +49,7 @@ def test_runs_never_evaluated_report_step_times_only(tmp_path):
                dict(run("DGC", "1gbit", 50, [(1.0, 1, 0.5)], 0.8), curve=[], final_accuracy=None)]
     e2e_report.write(records, tmp_path, 0.97)
     text = (tmp_path / "e2e.md").read_text()
-    assert "No target accuracy" in text
+    assert "No target accuracy: test accuracy was not evaluated" in text
     assert "| 1gbit | DGC | 50.0 (45.0–55.0) | 2.00x | 1/10.0 | — | — | — |" in text
 
 
