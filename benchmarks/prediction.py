@@ -2,8 +2,6 @@
 benchmark launched (`python -m tfcomp.analysis profile` through
 benchmarks/profile_worker.py), and predict a run's step time from it. No
 TensorFlow in this process."""
-import dataclasses
-
 from benchmarks import compression_specs
 from tfcomp.analysis.fusion_policies import CycleFusion
 from tfcomp.analysis.profile import Profile
@@ -30,11 +28,11 @@ def record_profile(launcher, trace, compressions, path, work_dir, name, link_pro
 
 
 def predicted_step_ms(profile_path, engine, workers, compression):
-    """The predicted step time of a run, in ms: every gradient ready when the backward
-    pass ends (model.fit hands them to the optimizer at once), tfcomp's buckets, Horovod's
-    cycle for Horovod's own dense allreduce. None for a compressor the profile lacks."""
+    """The predicted step time of a run, in ms, from a profile record_profile saved (every
+    gradient ready when the backward pass ends, as model.fit hands them over): tfcomp's
+    buckets, Horovod's cycle for Horovod's own dense allreduce. None for a compressor the
+    profile lacks."""
     profile = Profile.load(profile_path)
-    profile = dataclasses.replace(profile, model=profile.model.ready_at_backward_end())
     fusion = CycleFusion() if engine == "horovod" and compression == DENSE else None
     name = None if compression == DENSE else compression_specs.explicit(compression)
     if name is not None and name not in profile.compressors:
