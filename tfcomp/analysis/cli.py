@@ -12,10 +12,10 @@ import textwrap
 
 from absl import app, flags
 
-from tfcomp.analysis import predict, profile_command, whatif
+from tfcomp.analysis import plan_command, predict, profile_command, whatif
 
 PROGRAM = "python -m tfcomp.analysis"
-SUBCOMMANDS = {"profile": profile_command, "predict": predict, "whatif": whatif}
+SUBCOMMANDS = {"profile": profile_command, "predict": predict, "whatif": whatif, "plan": plan_command}
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 USER_ERROR = 1
 
@@ -57,7 +57,7 @@ def subcommand_help(subcommand):
 def usage():
     lines = [f"usage: {PROGRAM} {{{','.join(SUBCOMMANDS)}}} --flag=value ...", "",
              "Record a tfcomp.analysis profile on this cluster (profile, with TensorFlow), then predict from it "
-             "(predict, whatif: numpy only).", ""]
+             "(predict, whatif) or plan per-tensor compression with it (plan): numpy only.", ""]
     for name, module in SUBCOMMANDS.items():
         lines += [f"{name}: {module.SUMMARY}.", flags_help(flag_values(name)), ""]
     return "\n".join(lines)

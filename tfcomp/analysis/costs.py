@@ -48,7 +48,10 @@ def transmission_time(nbytes, link):
 def ring_allreduce(nbytes, p, link):
     """Eq. (1): 2 alpha (p-1) + 2 b (p-1) / (p BW). The 2 on alpha is as Eq. (1) writes it,
     though Appendix C measures alpha as a small allreduce's time over (p-1) (seed-notes.md 1.4)."""
-    nbytes, p = check_number(nbytes, "nbytes"), check_workers(p)
+    return _ring_allreduce_s(check_number(nbytes, "nbytes"), check_workers(p), link)
+
+
+def _ring_allreduce_s(nbytes, p, link):
     return 2 * link.alpha_s * (p - 1) + 2 * nbytes * (p - 1) / (p * link.bandwidth_bytes_per_s)
 
 
@@ -70,13 +73,22 @@ def parameter_server(nbytes, p, link):
 def allgather(nbytes, p, link):
     """Appendix B (MSTop-K): 2 alpha + g (p-1) / BW, g the bytes each worker sends.
     P1's SignSGD form drops the 2 alpha; a link with alpha_s=0 gives it exactly."""
-    nbytes, p = check_number(nbytes, "nbytes"), check_workers(p)
+    return _allgather_s(check_number(nbytes, "nbytes"), check_workers(p), link)
+
+
+def _allgather_s(nbytes, p, link):
     if p == 1:
         return 0.0
     return 2 * link.alpha_s + nbytes * (p - 1) / link.bandwidth_bytes_per_s
 
 
 COLLECTIVE_COSTS = {ALLREDUCE: ring_allreduce, ALLGATHER: allgather}
+_UNCHECKED_COSTS = {ALLREDUCE: _ring_allreduce_s, ALLGATHER: _allgather_s}
+
+
+def collective_s(collective, nbytes, p, link):
+    """A collective call's seconds, its arguments taken as checked (the simulator's inner loop)."""
+    return _UNCHECKED_COSTS[collective](nbytes, p, link)
 
 
 @dataclasses.dataclass(frozen=True)

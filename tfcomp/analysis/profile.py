@@ -14,6 +14,7 @@ from tfcomp.analysis.tables import SizeTable
 
 FORMAT = "tfcomp.analysis.profile"
 VERSION = 1
+GPU_SUFFIX = "@gpu"  # a compressor measured on the GPU: "DGC:ratio=0.01@gpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +99,19 @@ class CompressorProfile:
 
     def __post_init__(self):
         object.__setattr__(self, "payloads", {k: tuple(v) for k, v in self.payloads.items()})
+        if GPU_SUFFIX in self.name and not self.name.endswith(GPU_SUFFIX):
+            raise ValueError(f"compressor {self.name!r}: {GPU_SUFFIX!r} may only end a name (the compressor "
+                             "as measured on the GPU)")
+
+    @property
+    def device(self):
+        """'gpu' for a compressor measured on the GPU that trains (named 'spec@gpu'), else 'cpu'."""
+        return "gpu" if self.name.endswith(GPU_SUFFIX) else "cpu"
+
+    @property
+    def spec(self):
+        """The compressor's spec without its device ('DGC:ratio=0.01')."""
+        return self.name[:-len(GPU_SUFFIX)] if self.name.endswith(GPU_SUFFIX) else self.name
 
 
 @dataclasses.dataclass(frozen=True)

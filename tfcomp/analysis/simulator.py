@@ -7,16 +7,23 @@ vector adds for an allreduce), then it is decoded. Encoding, the collectives and
 decoding are three serial streams, so buckets pipeline through them; none of them
 slows the backward pass (P1's gamma is left out here).
 
+A gradient compressed on the compute stream (a compressor profiled on the GPU that
+trains the model: Espresso's contention, seed-notes.md 5.4) is encoded there as soon
+as it is computed, so every gradient after it is ready that much later, and decoded
+there once both its collectives and the backward pass are done. Bucket membership
+stays as the fusion policy chose it from the measured ready times.
+
     t_sync    = when the last bucket is decoded (seconds after backward began)
     overhead  = max(0, t_sync - t_back)
     iteration = forward + backward + overhead + apply
     f_sim     = single-worker step / iteration = t_batch / (t_batch + t_overhead)
 """
+import copy
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from tfcomp.analysis.checks import check_number, check_workers
-from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, Link, Transfer
+from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, Link, Transfer, collective_s
 from tfcomp.analysis.fusion_policies import BucketFusion
 from tfcomp.analysis.profile import CompressorProfile, ModelProfile, Profile
 from tfcomp.analysis.tables import SizeTable
@@ -24,22 +31,32 @@ from tfcomp.analysis.tables import SizeTable
 
 @dataclasses.dataclass(frozen=True)
 class TensorCompression:
-    """What compressing one gradient costs: its transfers (one a round) and compute times."""
+    """What compressing one gradient costs: its transfers (one a round) and compute times;
+    on_compute_stream: encoded and decoded on the stream that computes the backward pass."""
     transfers: Tuple[Transfer, ...]
     encode_s: float = 0.0
     decode_s: float = 0.0
+    on_compute_stream: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "transfers", tuple(self.transfers))
         check_number(self.encode_s, "encode_s")
         check_number(self.decode_s, "decode_s")
 
+    @classmethod
+    def dense(cls, nbytes):
+        """The gradient allreduced as it is."""
+        return cls((Transfer(ALLREDUCE, nbytes),))
+
 
 def compression_from_profile(compressor: CompressorProfile, model: ModelProfile):
     """{gradient name: TensorCompression} from a compressor's measured tables."""
-    return {g.name: TensorCompression(compressor.payloads[g.name], compressor.encode(g.nbytes),
-                                      compressor.decode(g.nbytes))
-            for g in model.gradients}
+    return {g.name: tensor_compression(compressor, g) for g in model.gradients}
+
+
+def tensor_compression(compressor: CompressorProfile, gradient):
+    return TensorCompression(compressor.payloads[gradient.name], compressor.encode(gradient.nbytes),
+                             compressor.decode(gradient.nbytes), on_compute_stream=compressor.device == "gpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +74,150 @@ class SimResult:
     transfer_s: float
     vector_add_s: float
     decode_s: float
+
+
+_NO_BYTES = 0.5  # payloads are whole bytes: less than half a byte left is float rounding, not a payload
+
+
+class BucketLoad:
+    """One dispatched bucket under a plan: its members' summed encode and decode
+    times per stream and its payload bytes per (round, collective)."""
+    __slots__ = ("ready_s", "indices", "encode_s", "decode_s", "compute_encode_s", "compute_decode_s", "wire")
+
+    def __init__(self, ready_s, indices):
+        self.ready_s, self.indices = ready_s, list(indices)
+        self.clear()
+
+    def clear(self):
+        self.encode_s = self.decode_s = self.compute_encode_s = self.compute_decode_s = 0.0
+        self.wire = {}  # 2 * round + (1 for allgather, 0 for allreduce) -> bytes
+
+    def add(self, tc: TensorCompression, sign=1.0):
+        """Counts one member's compression in (sign=-1: takes it out again)."""
+        if tc.on_compute_stream:
+            self.compute_encode_s += sign * tc.encode_s
+            self.compute_decode_s += sign * tc.decode_s
+        else:
+            self.encode_s += sign * tc.encode_s
+            self.decode_s += sign * tc.decode_s
+        for r, t in enumerate(tc.transfers):
+            key = 2 * r + (t.collective != ALLREDUCE)  # sorts by round, allreduce before allgather
+            nbytes = self.wire.get(key, 0.0) + sign * t.nbytes
+            if nbytes > _NO_BYTES:
+                self.wire[key] = nbytes
+            else:  # the last payload of this kind taken out: no collective (and no latency) left
+                self.wire.pop(key, None)
+
+    def free(self):
+        """Compression costs nothing here from now on (Espresso's upper bound)."""
+        self.encode_s = self.decode_s = self.compute_encode_s = self.compute_decode_s = 0.0
+
+    def snapshot(self):
+        return (self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, dict(self.wire))
+
+    def restore(self, snapshot):
+        self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, self.wire = snapshot
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """What the collectives cost: workers, a link per collective, the vector adds."""
+    workers: int
+    allreduce: Link
+    allgather: Link
+    addest: SizeTable
+
+    def link(self, collective):
+        return self.allreduce if collective == ALLREDUCE else self.allgather
+
+
+def bucket_loads(model: ModelProfile, plan: List[TensorCompression], fusion) -> List[BucketLoad]:
+    """The fusion policy's buckets, in dispatch order, loaded with plan (one entry per gradient)."""
+    loads = [BucketLoad(ready, indices) for ready, indices in fusion.dispatch(model.gradients)]
+    for load in loads:
+        for i in load.indices:
+            load.add(plan[i])
+    return loads
+
+
+@dataclasses.dataclass
+class Progress:
+    """The streams after some buckets of a replay: where replay can pick up again."""
+    shift: float = 0.0  # compute-stream encoding so far, in dispatch order
+    encode_free: float = 0.0
+    stream_free: float = 0.0
+    decode_free: float = 0.0
+    encode: float = 0.0
+    transfer: float = 0.0
+    vector_add: float = 0.0
+    decode: float = 0.0
+    compute_decode: tuple = ()  # (collectives done, seconds) of buckets decoded on the compute stream
+
+    def same_streams(self, other):
+        return (self.stream_free == other.stream_free and self.encode_free == other.encode_free
+                and self.decode_free == other.decode_free and self.shift == other.shift
+                and self.compute_decode == other.compute_decode)
+
+
+def replay(model: ModelProfile, loads: List[BucketLoad], network: Network, *, compression_ratio=1.0,
+           overlap=True, timeline=None):
+    """One step's SimResult from its loaded buckets. timeline, a list, receives
+    (start, end, bucket position) for every collective call on the stream."""
+    at = Progress()
+    sync = advance(model, loads, network, at, compression_ratio=compression_ratio, overlap=overlap,
+                   timeline=timeline)
+    exposed = max(0.0, sync - model.backward_s)
+    iteration = model.single_step_s + exposed
+    return SimResult(iteration_s=iteration, single_s=model.single_step_s,
+                     scaling_factor=model.single_step_s / iteration, forward_s=model.forward_s,
+                     backward_s=model.backward_s, apply_s=model.apply_s, sync_s=sync, exposed_s=exposed,
+                     buckets=len(loads), encode_s=at.encode, transfer_s=at.transfer,
+                     vector_add_s=at.vector_add, decode_s=at.decode)
+
+
+def advance(model, loads, network, at: Progress, *, begin=0, compression_ratio=1.0, overlap=True,
+            timeline=None, checkpoints=None, reference=None):
+    """Replays buckets begin.. on from the streams' progress `at` (updated in place);
+    returns t_sync. checkpoints, a list, receives a copy of the progress before each.
+    reference: the checkpoints of another replay of these buckets, differing before
+    bucket begin + 1 only; once the streams stand where they stood there, the rest
+    would replay alike, and advance returns None."""
+    workers = network.workers
+    for b in range(begin, len(loads)):
+        if reference is not None and b > begin and at.same_streams(reference[b]):
+            return None
+        if checkpoints is not None:
+            checkpoints.append(copy.copy(at))
+        load = loads[b]
+        at.shift += load.compute_encode_s
+        ready = (load.ready_s + at.shift) if overlap else model.backward_s
+        at.encode_free = max(ready, at.encode_free) + load.encode_s
+        done = at.encode_free
+        for key in sorted(load.wire):
+            nbytes = load.wire[key]
+            collective = ALLGATHER if key % 2 else ALLREDUCE
+            wire = collective_s(collective, nbytes / compression_ratio, workers, network.link(collective))
+            adds = 0.0
+            if collective == ALLREDUCE and workers > 1:
+                adds = (workers - 1) * network.addest.seconds_at(nbytes / workers)
+            start = max(done, at.stream_free)
+            at.stream_free = done = start + wire + adds
+            if timeline is not None:
+                timeline.append((start, at.stream_free, b))
+            at.transfer += wire
+            at.vector_add += adds
+        at.decode_free = max(done, at.decode_free) + load.decode_s
+        if load.compute_decode_s:
+            at.compute_decode += ((done, load.compute_decode_s),)
+        at.encode += load.encode_s + load.compute_encode_s
+        at.decode += load.decode_s + load.compute_decode_s
+    sync = max(at.encode_free, at.stream_free, at.decode_free)
+    if at.shift or at.compute_decode:
+        compute_free = model.backward_s + at.shift  # the backward pass, lengthened by compute-stream encoding
+        for done, seconds in at.compute_decode:
+            compute_free = max(done, compute_free) + seconds
+        sync = max(sync, compute_free)
+    return sync
 
 
 def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Optional[Link] = None,
@@ -81,49 +242,19 @@ def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Option
         missing = [g.name for g in model.gradients if g.name not in compression]
         if missing:
             raise ValueError(f"compression has no entry for gradients {missing[:5]} of model {model.name!r}")
-    addest = addest or SizeTable.zero("AddEst")
-    fusion = fusion or BucketFusion()
-    links = {ALLREDUCE: link, ALLGATHER: allgather_link or link}
+        plan = [compression[g.name] for g in model.gradients]
+    else:
+        plan = [TensorCompression.dense(g.nbytes) for g in model.gradients]
+    network = Network(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"))
+    loads = bucket_loads(model, plan, fusion or BucketFusion())
+    return replay(model, loads, network, compression_ratio=ratio, overlap=overlap)
 
-    def plan(g):
-        if compression is not None:
-            return compression[g.name]
-        return TensorCompression((Transfer(ALLREDUCE, g.nbytes),))
 
-    encode_free = stream_free = decode_free = 0.0
-    totals = dict(encode=0.0, transfer=0.0, vector_add=0.0, decode=0.0)
-    dispatched = fusion.dispatch(model.gradients)
-    for ready, indices in dispatched:
-        members = [plan(model.gradients[i]) for i in indices]
-        ready = model.backward_s if not overlap else ready
-        encode = sum(m.encode_s for m in members)
-        encode_free = max(ready, encode_free) + encode
-        done = encode_free
-        for r in range(max(len(m.transfers) for m in members)):
-            for collective in (ALLREDUCE, ALLGATHER):  # a round's payloads fuse per collective
-                nbytes = sum(m.transfers[r].nbytes for m in members
-                             if r < len(m.transfers) and m.transfers[r].collective == collective)
-                if nbytes == 0:
-                    continue
-                wire = Transfer(collective, nbytes / ratio).cost(workers, links[collective])
-                adds = (workers - 1) * addest(nbytes / workers) if collective == ALLREDUCE and workers > 1 else 0.0
-                stream_free = max(done, stream_free) + wire + adds
-                done = stream_free
-                totals["transfer"] += wire
-                totals["vector_add"] += adds
-        decode = sum(m.decode_s for m in members)
-        decode_free = max(done, decode_free) + decode
-        totals["encode"] += encode
-        totals["decode"] += decode
-
-    sync = max(encode_free, stream_free, decode_free)
-    exposed = max(0.0, sync - model.backward_s)
-    iteration = model.single_step_s + exposed
-    return SimResult(iteration_s=iteration, single_s=model.single_step_s,
-                     scaling_factor=model.single_step_s / iteration, forward_s=model.forward_s,
-                     backward_s=model.backward_s, apply_s=model.apply_s, sync_s=sync, exposed_s=exposed,
-                     buckets=len(dispatched), encode_s=totals["encode"], transfer_s=totals["transfer"],
-                     vector_add_s=totals["vector_add"], decode_s=totals["decode"])
+def profile_network(profile: Profile, workers, link=None, allgather_link=None):
+    """The Network of a saved profile; link replaces the measured links (both, unless
+    allgather_link is given too)."""
+    return Network(check_workers(workers), link or profile.allreduce,
+                   allgather_link or (profile.allgather if link is None else link), profile.addest)
 
 
 def simulate_profile(profile: Profile, workers, *, compressor=None, link=None, allgather_link=None, **options):
@@ -132,6 +263,6 @@ def simulate_profile(profile: Profile, workers, *, compressor=None, link=None, a
     compression = None
     if compressor is not None:
         compression = compression_from_profile(profile.compressor(compressor), profile.model)
-    return simulate(profile.model, workers, link or profile.allreduce,
-                    allgather_link=allgather_link or (profile.allgather if link is None else None),
+    network = profile_network(profile, workers, link, allgather_link)
+    return simulate(profile.model, workers, network.allreduce, allgather_link=network.allgather,
                     addest=profile.addest, compression=compression, **options)

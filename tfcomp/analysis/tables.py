@@ -1,6 +1,8 @@
 """Seconds as a function of bytes, from a few measurements: Zhang et al.'s AddEst
 (seed-notes.md 3.1: vector-add time, linearly interpolated) and the per-size
 encode and decode times of a compressor."""
+import bisect
+
 import numpy as np
 
 from tfcomp.analysis.checks import is_number
@@ -30,6 +32,7 @@ class SizeTable:
         if np.any(seconds < 0):
             raise ValueError(f"{what}: times must be >= 0, got {seconds.tolist()}")
         self.sizes, self.seconds = sizes, seconds
+        self._sizes, self._seconds = sizes.tolist(), seconds.tolist()
 
     @classmethod
     def zero(cls, what="size table"):
@@ -42,12 +45,20 @@ class SizeTable:
     def __call__(self, nbytes):
         if not is_number(nbytes) or nbytes < 0:
             raise ValueError(f"{self.what}: size must be a finite number of bytes >= 0, got {nbytes!r}")
-        if nbytes <= self.sizes[-1]:
-            return float(np.interp(nbytes, self.sizes, self.seconds))
-        if len(self.sizes) == 1:  # no segment to extend: proportional to size
-            return float(self.seconds[0] * nbytes / self.sizes[0])
-        slope = (self.seconds[-1] - self.seconds[-2]) / (self.sizes[-1] - self.sizes[-2])
-        return float(self.seconds[-1] + slope * (nbytes - self.sizes[-1]))
+        return self.seconds_at(nbytes)
+
+    def seconds_at(self, nbytes):
+        """__call__ without the argument check (the simulator's inner loop)."""
+        sizes, seconds = self._sizes, self._seconds
+        if nbytes <= sizes[0]:
+            return seconds[0]
+        if nbytes <= sizes[-1]:
+            k = bisect.bisect_left(sizes, nbytes)
+            return seconds[k - 1] + (seconds[k] - seconds[k - 1]) * (nbytes - sizes[k - 1]) / (sizes[k] - sizes[k - 1])
+        if len(sizes) == 1:  # no segment to extend: proportional to size
+            return seconds[0] * nbytes / sizes[0]
+        slope = (seconds[-1] - seconds[-2]) / (sizes[-1] - sizes[-2])
+        return seconds[-1] + slope * (nbytes - sizes[-1])
 
     def __repr__(self):
         return f"SizeTable({self.points()!r}, what={self.what!r})"
