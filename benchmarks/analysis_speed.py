@@ -1,5 +1,6 @@
 """How fast the analysis command line answers, on a synthetic profile of about
---gradients gradients (tfcomp.analysis.synthetic):
+--gradients gradients (tfcomp.analysis.synthetic), and how long Espresso's planner
+takes for a 314-gradient one:
 
     python -m benchmarks.analysis_speed
 
@@ -27,7 +28,8 @@ import numpy as np
 from absl import app, flags
 
 from tfcomp.analysis.timing import median_s
-from tfcomp.analysis import cli, whatif
+from tfcomp.analysis import cli, planner, whatif
+from tfcomp.analysis.costs import Link
 from tfcomp.analysis.simulator import simulate_profile
 from tfcomp.analysis.synthetic import synthetic_profile
 
@@ -38,6 +40,8 @@ flags.DEFINE_integer("runs", 21, "Runs of predict and of one simulation (the med
 flags.DEFINE_integer("sweep_runs", 5, "Runs of each whatif sweep (the median is reported).")
 
 BANDWIDTHS = 25
+PLAN_CONV_LAYERS = 104  # 3 * 104 + 2 = 314 gradients
+PLAN_GBPS = (1, 10, 100)
 WORKERS = (2, 4, 8, 16, 32, 64, 128, 256)
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -63,6 +67,14 @@ def machine():
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def planning_times():
+    """planner.plan on a 314-gradient synthetic profile (ResNet-101's count, Espresso's Table 5)
+    at 64 workers, per link speed: {gbit: seconds}."""
+    profile = synthetic_profile(conv_layers=PLAN_CONV_LAYERS, total_bytes=170 * 2**20)
+    return {gbit: median_s(lambda: planner.plan(profile, 64, link=Link.from_gbit(gbit)), FLAGS.runs)
+            for gbit in PLAN_GBPS}
+
+
 def measure(profile_path, profile, out_dir):
     compressors = ",".join(profile.compressors)
     predict = ["predict", f"--profile={profile_path}", "--workers=16", f"--compressor={compressors}"]
@@ -77,6 +89,7 @@ def measure(profile_path, profile, out_dir):
         "whatif_noplots_s": median_s(lambda: quietly(*sweep, "--noplots"), FLAGS.sweep_runs),
         "whatif_plots_s": median_s(lambda: quietly(*sweep), FLAGS.sweep_runs),
         "predict_fresh_process_s": median_s(lambda: fresh_process(*predict), 5),
+        **{f"plan_314_gradients_{gbit:g}gbit_s": seconds for gbit, seconds in planning_times().items()},
     }
 
 
@@ -93,6 +106,8 @@ def markdown(times, profile, machine_info):
              times["whatif_plots_s"]),
             ("`python -m tfcomp.analysis predict` as a fresh process (interpreter and imports included)",
              times["predict_fresh_process_s"])]
+    rows += [(f"planner.plan, {3 * PLAN_CONV_LAYERS + 2} gradients (ResNet-101's count; 170 MiB), 64 workers, "
+              f"{gbit:g} Gbit/s, 4 compressors", times[f"plan_314_gradients_{gbit:g}gbit_s"]) for gbit in PLAN_GBPS]
     lines = ["# Speed of the analysis command line", "", f"`{command}`", "",
              f"Synthetic profile (tfcomp.analysis.synthetic, not measured): {len(profile.model.gradients)} "
              f"gradients, {profile.model.total_bytes / 2**20:.1f} MiB, compressors {', '.join(profile.compressors)}; "

@@ -7,12 +7,23 @@ SPARSE_RATIO = 0.01
 RANK = 4
 LOW_RANK = ("PowerSGD", "ACPSGD")  # tfcomp.compressors.lowrank.LowRank's subclasses
 SPARSIFIERS = ("TopK", "RandomK", "DGC", "DRAGONN")  # tfcomp.compressors.sparse.Sparsifier's
+PLAN_PREFIX = "plan:"  # 'plan:PATH': the per-tensor plan `python -m tfcomp.analysis plan --output=PATH` wrote
+
+
+def is_plan(spec):
+    return spec.startswith(PLAN_PREFIX)
+
+
+def plan_path(spec):
+    return spec[len(PLAN_PREFIX):]
 
 
 def explicit(spec):
     """The spec with the main job's rank and ratio made explicit where it leaves them
     out ('PowerSGD' -> 'PowerSGD:rank=4'), so that a profile (tfcomp.analysis.measure)
-    measures the compressor the workers run."""
+    measures the compressor the workers run. A plan ('plan:PATH') is left as it is."""
+    if is_plan(spec):
+        return spec
     name, *pairs = spec.split(":")
     keys = {pair.partition("=")[0] for pair in pairs}
     if name in LOW_RANK and "rank" not in keys:

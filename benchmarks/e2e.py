@@ -16,6 +16,7 @@ also after Ctrl-C or a failed worker.
 """
 import json
 import pathlib
+import re
 import signal
 import sys
 import tempfile
@@ -35,7 +36,8 @@ flags.DEFINE_list("models", ["digits_mlp"], "Models of models/registry.py.")
 flags.DEFINE_string("size", "small", "The models' size setting (small, full; some models have more).")
 flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "PowerSGD"],
                   "'none' (the engine's own dense allreduce) or tfcomp compressors, each optionally with "
-                  "knobs: 'DGC:ratio=0.001', 'PowerSGD:rank=2'.")
+                  "knobs: 'DGC:ratio=0.001', 'PowerSGD:rank=2', or 'plan:PATH', the per-tensor tfcomp.Plan that "
+                  "`python -m tfcomp.analysis plan --output=PATH` wrote (PATH from the repository root).")
 flags.DEFINE_list("engines", ["tf.distribute"], "tf.distribute (MultiWorkerMirroredStrategy workers) and/or "
                   "horovod (Horovod ranks over Gloo).")
 flags.DEFINE_list("workers", ["2"], "Worker counts.")
@@ -180,7 +182,7 @@ def main(argv):
                         f"--global_batch={FLAGS.global_batch or spec.batch_size}",
                         f"--lr={FLAGS.lr if FLAGS.lr is not None else spec.learning_rate}",
                         f"--bandwidth_gbps={plan_gbps}", f"--timeline_steps={FLAGS.timeline_steps}"],
-                        work_dir / f"{model}-{compression.replace(':', '_')}")
+                        work_dir / f"{model}-{re.sub(r'[^A-Za-z0-9_.=-]', '_', compression)}")
                     record.update(result or {}, status="ok" if ok else "failed", error=log or None,
                                   wall_s=time.monotonic() - started, command=_command())
                     record["link_worker0"] = launcher.link_stats(before)

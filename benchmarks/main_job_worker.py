@@ -45,9 +45,12 @@ LEARNING_RATE_SCALE = {"SignSGD": 0.02}
 def strategy_options(spec):
     """The compressor (a spec for tfcomp.analysis.measure.parse_compressor; the main
     job's ratio and rank unless given), and for the sparsifiers tensor selection
-    planned for this link."""
-    compressor = parse_compressor(compression_specs.explicit(spec))
+    planned for this link; 'plan:PATH' is the tfcomp.Plan that `python -m
+    tfcomp.analysis plan --output=PATH` wrote."""
     options = {"check_finite": FLAGS.check_finite}
+    if compression_specs.is_plan(spec):
+        return {"compression": tfcomp.Plan.load(compression_specs.plan_path(spec)), **options}
+    compressor = parse_compressor(compression_specs.explicit(spec))
     if not isinstance(compressor, Sparsifier):
         return {"compression": compressor, **options}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))

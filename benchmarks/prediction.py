@@ -2,6 +2,8 @@
 benchmark launched (`python -m tfcomp.analysis profile` through
 benchmarks/profile_worker.py), and predict a run's step time from it. No
 TensorFlow in this process."""
+import json
+
 from benchmarks import compression_specs
 from tfcomp.analysis.fusion_policies import CycleFusion
 from tfcomp.analysis.profile import Profile
@@ -17,7 +19,8 @@ def record_profile(launcher, trace, compressions, path, work_dir, name, link_pro
     if not trace.exists():
         raise RuntimeError(f"no Timeline trace of the dense run at {trace}: record one to predict from it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    specs = [compression_specs.explicit(c) for c in compressions if c != DENSE]
+    specs = [compression_specs.explicit(c) for c in compressions
+             if c != DENSE and not compression_specs.is_plan(c)]
     args = [f"--timeline={trace}", f"--compressors={','.join(specs)}", f"--output={path}", f"--name={name}"]
     if link_probe:
         args.append(f"--link_probe={link_probe}")
@@ -31,8 +34,14 @@ def predicted_step_ms(profile_path, engine, workers, compression):
     """The predicted step time of a run, in ms, from a profile record_profile saved (every
     gradient ready when the backward pass ends, as model.fit hands them over): tfcomp's
     buckets, Horovod's cycle for Horovod's own dense allreduce. None for a compressor the
-    profile lacks."""
+    profile lacks; a plan ('plan:PATH') is replayed gradient by gradient."""
     profile = Profile.load(profile_path)
+    if compression_specs.is_plan(compression):
+        with open(compression_specs.plan_path(compression), encoding="utf-8") as f:
+            choices = json.load(f)["choices"]
+        if not set(c for c in choices.values() if c is not None) <= set(profile.compressors):
+            return None  # planned from a profile with compressors this one lacks
+        return 1e3 * simulate_profile(profile, workers, strategy=choices).iteration_s
     fusion = CycleFusion() if engine == "horovod" and compression == DENSE else None
     name = None if compression == DENSE else compression_specs.explicit(compression)
     if name is not None and name not in profile.compressors:

@@ -15,13 +15,14 @@ from absl import app, flags, logging
 import tfcomp
 import tfcomp.horovod
 
-from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data
+from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data, mixed_plan
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for rank<r>.json.")
 flags.DEFINE_enum("engine", "tfcomp", ["tfcomp", "horovod"], "tfcomp's wrapper or hvd.DistributedOptimizer.")
 flags.DEFINE_string("compression", "NoCompression",
                     "tfcomp compressor class name, or hvd.none / hvd.fp16 for Horovod's.")
+flags.DEFINE_bool("plan", False, "Compress with tests.workload.mixed_plan() (a tfcomp.Plan), not --compression.")
 flags.DEFINE_string("rank1_compression", None, "Rank 1 asks for this compression instead (disagreement test).")
 flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or a GradientTape loop.")
 flags.DEFINE_enum("optimizer", "sgd", ["sgd", "legacy_sgd", "lamb", "adamw"], "The wrapped optimizer.")
@@ -54,6 +55,8 @@ def make_optimizer():
 
 
 def compression():
+    if FLAGS.plan:
+        return mixed_plan()
     name = FLAGS.rank1_compression if FLAGS.rank1_compression and hvd.rank() == 1 else FLAGS.compression
     if name.startswith("hvd."):
         return getattr(hvd.Compression, name[4:])

@@ -12,12 +12,13 @@ from absl import app, flags, logging
 import tfcomp
 from tfcomp.distribute import MultiWorkerMirroredStrategy
 
-from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data
+from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data, mixed_plan
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path.")
 flags.DEFINE_enum("strategy", "tfcomp", ["tfcomp", "plain"], "Which MultiWorkerMirroredStrategy.")
 flags.DEFINE_string("compression", "NoCompression", "tfcomp compressor class name.")
+flags.DEFINE_bool("plan", False, "Compress with tests.workload.mixed_plan() (a tfcomp.Plan), not --compression.")
 flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run + apply_gradients.")
 flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
@@ -47,6 +48,8 @@ def make_strategy():
         compressor = compressor(ratio=FLAGS.ratio)
     if FLAGS.rank is not None:
         compressor = compressor(matrix_approximation_rank=FLAGS.rank)
+    if FLAGS.plan:
+        compressor = mixed_plan()
     return MultiWorkerMirroredStrategy(compressor, communication_options=options,
                                        min_compress_elements=FLAGS.min_compress_elements,
                                        selection=None if FLAGS.selection else False,

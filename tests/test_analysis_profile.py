@@ -19,7 +19,9 @@ from tfcomp.testing.local_cluster import run_workers
 @pytest.mark.parametrize("compressor, shape, expected", [
     (tfcomp.FP16(), (64, 32), costs.fp16_transfers(64 * 32)),
     (tfcomp.EFSignSGD(), (64, 32), costs.sign_transfers(64 * 32, with_scale=True)),
-    (tfcomp.SignSGD(), (1000,), costs.sign_transfers(1000)),
+    (tfcomp.SignSGD(), (50, 50), costs.sign_transfers(2500)),
+    (tfcomp.SignSGD(), (1000,), costs.dense_transfers(1000)),  # the exchange sends vectors dense
+    (tfcomp.FP16(), (16, 16), costs.dense_transfers(256)),  # and tensors under 1024 elements
     (tfcomp.TopK(ratio=0.01), (100, 100), costs.sparse_transfers(100 * 100, 0.01)),
     (tfcomp.PowerSGD(4), (64, 32), costs.powersgd_transfers(64, 32, 4)),
     (tfcomp.ACPSGD(4), (3, 3, 16, 32), costs.acpsgd_transfers(3 * 3 * 16, 32, 4)),
@@ -37,6 +39,7 @@ def test_codec_times_are_measured_and_zero_where_the_compressor_does_not_apply()
         # A 4 MiB gradient: both sides touch every byte (grappler once left the timestamps 1 us apart).
         assert 5e-5 < encode < 1 and 5e-5 < decode < 1, (compressor, encode, decode)
     assert measure.codec_seconds(tfcomp.PowerSGD(2), (128,), runs=3) == (0.0, 0.0)
+    assert measure.codec_seconds(tfcomp.FP16(), (512,), runs=3) == (0.0, 0.0)  # FP16 takes it; the exchange not
 
 
 def test_compressor_specs_are_parsed_or_refused():

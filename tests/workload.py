@@ -6,6 +6,8 @@ import tensorflow as tf
 
 GLOBAL_BATCH = 64
 BATCHES_PER_EPOCH = 8
+#: min_compress_elements for runs with mixed_plan(), so that the 64x10 kernel is compressed too.
+PLAN_MIN_COMPRESS_ELEMENTS = 100
 
 
 def data():
@@ -20,6 +22,14 @@ def build_model():
     tf.keras.utils.set_random_seed(1)
     return tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
                                 tf.keras.layers.Dense(10)])
+
+
+def mixed_plan():
+    """The tfcomp.Plan of the workers' --plan runs: ACPSGD (two phases, allreduce) on the
+    hidden kernel, EFSignSGD (allgather) on the output kernel, the biases dense."""
+    import tfcomp  # pylint: disable=import-outside-toplevel
+    return tfcomp.Plan({"dense/kernel:0": tfcomp.ACPSGD(4), "dense_1/kernel:0": tfcomp.EFSignSGD(),
+                        "*/bias:0": None}, default=tfcomp.FP16())
 
 
 def assert_identical_weights(results):

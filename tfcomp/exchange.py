@@ -7,6 +7,8 @@ An engine supplies the collectives: an object with `num_workers`,
 `allreduce(buffers)` (elementwise sums) and `allgather(buffers)` (the workers'
 1-D buffers concatenated in rank order).
 """
+import math
+
 import tensorflow as tf
 from absl import logging
 
@@ -15,6 +17,7 @@ from tfcomp.bucketing import DEFAULT_BUCKET_BYTES
 from tfcomp.callbacks import probe as timeline_probe
 from tfcomp.compressors.base import Compressor, Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
+from tfcomp.plan import Plan
 from tfcomp.selection import EfficiencyAwareSelection
 
 DEFAULT_MIN_COMPRESS_ELEMENTS = 1024
@@ -22,14 +25,16 @@ FINITE_FLAG_BYTES = 4  # the float32 flag every worker allreduces per step (chec
 
 
 class Exchange:
-    """Averages gradients across workers with a compressor.
+    """Averages gradients across workers with a compressor, or a compressor per
+    tensor (a tfcomp.Plan: tensors then need their names, see plan()).
 
     Tensors that are 1-D, smaller than min_compress_elements, or not floating
     point go dense (exact allreduce); IndexedSlices are made dense first. With
     a selection (tfcomp.selection.EfficiencyAwareSelection; by default for
     compressors that ask for it, such as DRAGONN; selection=False forces
-    compression), a tensor is compressed only where that saves time. The first
-    warmup_steps steps send everything dense. Dense payloads fuse into buckets
+    compression; off under a Plan, which is the choice), a tensor is
+    compressed only where that saves time. The first warmup_steps steps send
+    everything dense. Dense payloads fuse into buckets
     of bucket_bytes; compressed payloads into buckets of bucket_bytes times
     their compression rate.
 
@@ -54,18 +59,32 @@ class Exchange:
         if not isinstance(check_finite, bool):
             raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
         self.check_finite = check_finite
-        self.configured = resolve(compression)  # as the user made it (momentum="auto" unresolved)
-        self.compressor = self.configured
+        # As the user made it (momentum="auto" unresolved): a compressor, or a Plan.
+        self.configured = compression if isinstance(compression, Plan) else resolve(compression)
+        self.compressor = self.configured  # what runs: bind_optimizer resolves momentum
         self._bound = None
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
         self.min_compress_elements = min_compress_elements
         self.bucket_bytes = bucket_bytes
         self.global_seed = global_seed
-        self.warmup_steps = max(warmup_steps, self.compressor.warmup_steps)
+        self.warmup_steps = max([warmup_steps] + [c.warmup_steps for c in self._compressors()])
         self._said_dense = set()
-        if selection is None:
+        if self.is_plan:
+            if selection:
+                raise ValueError("tensor selection does not apply to a tfcomp.Plan: the plan already says what "
+                                 f"each tensor runs with; drop selection={selection!r}")
+            selection = False
+        elif selection is None:
             selection = EfficiencyAwareSelection() if self.compressor.efficiency_aware else False
         self.selection = selection or None
+
+    @property
+    def is_plan(self):
+        """Whether tensors run with compressors of their own (a tfcomp.Plan)."""
+        return isinstance(self.configured, Plan)
+
+    def _compressors(self):
+        return self.compressor.compressors() if self.is_plan else [self.compressor]
 
     def config(self):
         """Everything that must be the same on every worker."""
@@ -78,7 +97,10 @@ class Exchange:
         """Resolves the compressor's momentum="auto" against the optimizer that applies
         the exchanged gradients; engines call it before state_specs. One optimizer per
         exchange: its momentum decides the compressor state."""
-        resolved = optimizers.resolve(self.configured, optimizer)
+        if self.is_plan:
+            resolved = self.configured.with_compressors(lambda c: optimizers.resolve(c, optimizer))
+        else:
+            resolved = optimizers.resolve(self.configured, optimizer)
         if self._bound is not None and self._bound.config() != resolved.config():
             raise ValueError(f"this exchange already runs {self._bound!r} for another optimizer; "
                              f"{optimizer!r} would need {resolved!r}. Use one strategy or "
@@ -87,36 +109,62 @@ class Exchange:
             self.selection.same_profile(resolved, self.configured)
         self._bound = self.compressor = resolved
 
-    def plan(self, shape, dtype, num_workers):
-        """The compressor for a tensor of this shape and dtype among num_workers."""
+    def plan(self, shape, dtype, num_workers, name=None):
+        """The compressor for a tensor of this shape and dtype among num_workers
+        (and, under a Plan, of this name)."""
+        compressor = self.eligible(shape, dtype, name)
+        if (compressor is not self.dense and self.selection
+                and not self.selection.worth_compressing(compressor, shape, dtype, num_workers)):
+            return self.dense
+        return compressor
+
+    def chosen(self, name):
+        """The compressor the user chose for tensor `name`, before any rule sends it dense."""
+        if not self.is_plan:
+            return self.compressor
+        if name is None:
+            raise ValueError("a tfcomp.Plan chooses compressors by tensor name: pass the tensors' names")
+        compressor = self.compressor.choose(name)
+        return self.dense if isinstance(compressor, NoCompression) else compressor
+
+    def eligible(self, shape, dtype, name=None):
+        """The chosen compressor, or dense where the tensor is 1-D, small, not floating
+        point or not made smaller by it (tensor selection aside)."""
+        compressor = self.chosen(name)
         shape = tf.TensorShape(shape)
         dtype = tf.as_dtype(dtype)
-        if (not dtype.is_floating or shape.rank is None or shape.rank <= 1
+        if (compressor is self.dense or not dtype.is_floating or shape.rank is None or shape.rank <= 1
                 or shape.num_elements() < self.min_compress_elements):
             return self.dense
-        accepted, why = self.compressor.accepts(shape, dtype)
+        accepted, why = compressor.accepts(shape, dtype)
         if not accepted:
-            self._say_dense_once(shape, why)
+            self._say_dense_once(compressor, shape, why)
             return self.dense
-        if self.selection and not self.selection.worth_compressing(self.compressor, shape, dtype, num_workers):
-            return self.dense
-        return self.compressor
+        return compressor
 
-    def _say_dense_once(self, shape, why):
-        key = (tuple(shape.as_list()), why)
+    def _say_dense_once(self, compressor, shape, why):
+        key = (type(compressor).__name__, tuple(shape.as_list()), why)
         if key not in self._said_dense:
             self._said_dense.add(key)
-            logging.info("tfcomp: %s sends a %s tensor dense: %s", type(self.compressor).__name__,
+            logging.info("tfcomp: %s sends a %s tensor dense: %s", type(compressor).__name__,
                          "x".join(map(str, shape.as_list())), why)
+
+    def choices(self, shapes_and_dtypes, names):
+        """{tensor name: config of the compressor it runs with (None: dense)}, tensor
+        selection aside: what a checkpoint records (tfcomp.plan_record)."""
+        return {name: None if c is self.dense else c.config()
+                for (shape, dtype), name in zip(shapes_and_dtypes, names)
+                for c in [self.eligible(shape, dtype, name)]}
 
     def units(self, shapes_and_dtypes, names, num_workers):
         """How tensors are compressed: [(positions, name, compressor)]. Compressors that
         batch same-shape tensors (the low-rank ones) get such tensors stacked, as one
-        unit named after its members; every other tensor is a unit of its own."""
+        unit named after its members (under a Plan, tensors of the same compressor
+        only); every other tensor is a unit of its own."""
         units, batched = [], {}
         for i, ((shape, dtype), name) in enumerate(zip(shapes_and_dtypes, names)):
-            compressor = self.plan(shape, dtype, num_workers)
-            key = (tuple(tf.TensorShape(shape).as_list()), tf.as_dtype(dtype))
+            compressor = self.plan(shape, dtype, num_workers, name)
+            key = (tuple(tf.TensorShape(shape).as_list()), tf.as_dtype(dtype), compressor)
             if compressor is not self.dense and compressor.batches_same_shape and key in batched:
                 batched[key][0].append(i)
                 continue
@@ -139,11 +187,17 @@ class Exchange:
             specs[name] = unit
         return specs
 
-    def payload_bytes(self, shapes_and_dtypes, num_workers):
+    def payload_bytes(self, shapes_and_dtypes, num_workers, names=None):
         """Bytes one worker sends into the collectives per step (after warm-up),
-        the non-finite flag included."""
+        the non-finite flag included. A Plan needs the tensors' names."""
+        shapes_and_dtypes = list(shapes_and_dtypes)
+        if names is None:
+            if self.is_plan:
+                raise ValueError("payload_bytes under a tfcomp.Plan needs the tensors' names (names=)")
+            names = [None] * len(shapes_and_dtypes)
         flag = FINITE_FLAG_BYTES if self.check_finite else 0
-        return flag + sum(self.plan(s, d, num_workers).payload_bytes(s, d) for s, d in shapes_and_dtypes)
+        return flag + sum(self.plan(s, d, num_workers, n).payload_bytes(s, d)
+                          for (s, d), n in zip(shapes_and_dtypes, names))
 
     def reduce(self, grads, names, state, collectives, reduce_op="mean"):
         """The averaged (or, with reduce_op="sum", summed) gradients, in order."""
@@ -164,8 +218,9 @@ class Exchange:
         def run(units, phase=0):
             return lambda: self._exchange(grads, names, units, state, collectives, reduce_op, phase)
 
-        # Every worker counts the same steps, so all take the same branches.
-        phases = max(c.phases for _, _, c in units) if units else 1
+        # Every worker counts the same steps, so all take the same branches; a unit
+        # runs phase step % its phases (step % lcm, taken modulo its phases).
+        phases = math.lcm(*(c.phases for _, _, c in units)) if units else 1
         compressed = run(units)
         if phases > 1:
             branches = [run(units, phase) for phase in range(phases)]

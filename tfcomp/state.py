@@ -26,6 +26,8 @@ from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.training.saving import saveable_object
 
+from tfcomp.plan_record import RECORD_ATTRIBUTE, PlanRecord
+
 
 STATE_ATTRIBUTE = "tfcomp_state"  # where the state hangs on the optimizer (and in checkpoints)
 #: State names whose values differ from worker to worker (error-feedback memory);
@@ -34,28 +36,33 @@ PER_WORKER_STATE = ("residual", "velocity")
 _SAVED_BY = "tfcomp-saved-by"  # [rank, num_workers] of the worker that saved its own rows
 
 
-def state_of(owner, specs, **state_options):
+def state_of(owner, specs, choices=None, **state_options):
     """owner's CompressionState: on first use created (CompressionState(**state_options)),
     built with specs and hung on owner (an optimizer) so that its checkpoints carry it.
 
     It is built before it is attached, so that a restore waiting for it (Keras
-    restores before the first step) finds every variable.
+    restores before the first step) finds every variable. choices (the
+    exchange's {tensor name: compressor config}) are attached first, as a
+    tfcomp.plan_record.PlanRecord: a restore made under other choices fails
+    there, naming the tensor, before any state is read.
     """
     state = getattr(owner, STATE_ATTRIBUTE, None)
     if state is None:
         with tf.init_scope():
+            if choices is not None:
+                _attach(owner, PlanRecord(choices), RECORD_ATTRIBUTE)
             state = CompressionState(**state_options)
             state.build(specs)
-            _attach(owner, state)
+            _attach(owner, state, STATE_ATTRIBUTE)
     return state
 
 
-def _attach(owner, state):
-    setattr(owner, STATE_ATTRIBUTE, state)
+def _attach(owner, trackable_child, name):
+    setattr(owner, name, trackable_child)
     trackable = tf.__internal__.tracking
     if isinstance(owner, trackable.Trackable) and not isinstance(owner, trackable.AutoTrackable):
         # Keras' legacy optimizers (and tensorflow-addons') track dependencies explicitly.
-        owner._track_trackable(state, name=STATE_ATTRIBUTE, overwrite=True)  # pylint: disable=protected-access
+        owner._track_trackable(trackable_child, name=name, overwrite=True)  # pylint: disable=protected-access
 
 
 def _key(tensor_name):

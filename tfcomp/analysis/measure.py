@@ -20,6 +20,7 @@ from tfcomp.analysis.profile import CompressorProfile
 from tfcomp.analysis.tables import SizeTable
 from tfcomp.analysis.timing import median_s
 from tfcomp.compressors.base import Collective, TensorContext
+from tfcomp.exchange import Exchange
 from tfcomp.state import CompressionState
 
 # Knob names a compressor spec may abbreviate ("PowerSGD:rank=4").
@@ -55,12 +56,19 @@ def parse_compressor(spec):
 _NOT_COMPRESSORS = ("Collective", "Compressor", "Payload", "PayloadSpec", "Round", "TensorContext", "resolve")
 
 
+def sent_dense(compressor, shape, dtype):
+    """Whether tfcomp's exchange (at its default settings) sends a gradient of this shape
+    dense under this compressor: 1-D, small, not floating point, or not taken by it."""
+    exchange = Exchange(compressor, selection=False)
+    return exchange.eligible(shape, dtype) is exchange.dense
+
+
 def transfers(compressor, shape, dtype=tf.float32):
     """What one worker sends for a gradient of this shape: a Transfer per round and
     collective kind, scaled to the compressor's per-step payload_bytes (ACP-SGD
     alternates two factors); dense allreduce where the compressor does not take it."""
     dtype = tf.as_dtype(dtype)
-    if not compressor.accepts(shape, dtype)[0]:
+    if sent_dense(compressor, shape, dtype):
         return (Transfer("allreduce", float(np.prod(shape, dtype=np.int64)) * dtype.size),)
     out = []
     for specs in compressor.payload_specs(shape, dtype):
@@ -84,7 +92,7 @@ def codec_seconds(compressor, shape, dtype=tf.float32, num_workers=2, runs=7):
     medians over runs of timestamps taken inside one compiled call, after the payloads
     and after the result, so the two parts come from the same execution."""
     dtype = tf.as_dtype(dtype)
-    if not compressor.accepts(shape, dtype)[0]:
+    if sent_dense(compressor, shape, dtype):
         return 0.0, 0.0
     grad = tf.constant(np.random.default_rng(0).standard_normal(shape).astype(dtype.as_numpy_dtype))
     state = CompressionState(name="analysis_profile")

@@ -33,6 +33,7 @@ from tfcomp.analysis.profile import GPU_SUFFIX, Profile
 from tfcomp.analysis.simulator import (Network, Progress, TensorCompression, advance, bucket_loads,
                                        profile_network, replay, tensor_compression)
 
+PLAN_FORMAT, PLAN_VERSION = "tfcomp.analysis.plan", 1  # what a saved plan says it is (tfcomp.Plan.load)
 DENSE = None  # a gradient's choice when it is sent as it is
 MAX_OFFLOAD_EVALUATIONS = 100_000  # beyond this, Algorithm 2 searches one group at a time
 _TIE_S = 1e-12  # an option must beat the current choice by more than this
@@ -139,7 +140,7 @@ class StrategyPlan:
         return min([("dense", self.dense_s), *self.singles.items()], key=lambda kv: kv[1])
 
     def to_dict(self):
-        return {"format": "tfcomp.analysis.plan", "version": 1, **dataclasses.asdict(self),
+        return {"format": PLAN_FORMAT, "version": PLAN_VERSION, **dataclasses.asdict(self),
                 "gradients": [list(g) for g in self.gradients]}
 
 

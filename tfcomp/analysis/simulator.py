@@ -257,12 +257,27 @@ def profile_network(profile: Profile, workers, link=None, allgather_link=None):
                    allgather_link or (profile.allgather if link is None else link), profile.addest)
 
 
-def simulate_profile(profile: Profile, workers, *, compressor=None, link=None, allgather_link=None, **options):
-    """simulate() fed from a saved profile; compressor names a profiled compressor (None: dense).
-    For a what-if, link replaces the measured links (both, unless allgather_link is given too)."""
+def strategy_compression(profile: Profile, choices):
+    """{gradient name: TensorCompression} of a per-gradient strategy, {gradient name:
+    profiled compressor name, or None for dense} (a planner's choices); gradients it
+    does not name go dense."""
+    compressors = {name: profile.compressor(name) for name in set(choices.values()) if name is not None}
+    return {g.name: TensorCompression.dense(g.nbytes) if choices.get(g.name) is None
+            else tensor_compression(compressors[choices[g.name]], g) for g in profile.model.gradients}
+
+
+def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=None, link=None, allgather_link=None,
+                     **options):
+    """simulate() fed from a saved profile; compressor names a profiled compressor (None: dense),
+    or strategy gives each gradient its own (strategy_compression's choices). For a what-if,
+    link replaces the measured links (both, unless allgather_link is given too)."""
+    if compressor is not None and strategy is not None:
+        raise ValueError("give a compressor for every gradient or a per-gradient strategy, not both")
     compression = None
     if compressor is not None:
         compression = compression_from_profile(profile.compressor(compressor), profile.model)
+    if strategy is not None:
+        compression = strategy_compression(profile, strategy)
     network = profile_network(profile, workers, link, allgather_link)
     return simulate(profile.model, workers, network.allreduce, allgather_link=network.allgather,
                     addest=profile.addest, compression=compression, **options)

@@ -50,13 +50,14 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
         self._rank = rank
         self.peer_watch = None  # a tfcomp.peers.PeerWatch, told which step runs
 
-    def state_for(self, optimizer, specs):
+    def state_for(self, optimizer, specs, choices=None):
         """The optimizer's CompressionState, built and attached to it on first use.
 
         Attaching it restores it when the optimizer came from a checkpoint, so
-        it is built (every tensor's variables) first.
+        it is built (every tensor's variables) first; a checkpoint made under
+        other per-tensor choices fails (tfcomp.plan_record).
         """
-        return state_lib.state_of(optimizer if optimizer is not None else self, specs,
+        return state_lib.state_of(optimizer if optimizer is not None else self, specs, choices,
                                   device=self._devices[0], gather=self._gather_across_workers,
                                   num_workers=self._group_size, rank=self._rank)
 
@@ -74,11 +75,12 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
                                f"{len(call.variables)} variables; cannot match them up")
         names = [v.name for v in call.variables]
         self.exchange.bind_optimizer(call.optimizer)
-        specs = self.exchange.state_specs([(g.shape, g.dtype) for g in flat], names, self._group_size)
+        shapes = [(g.shape, g.dtype) for g in flat]
+        specs = self.exchange.state_specs(shapes, names, self._group_size)
         collectives = LauncherCollectives(self._launchers[replica_id], self._options.merge(options),
                                           self._group_size)
         mean = reduce_op == reduce_util.ReduceOp.MEAN
-        state = self.state_for(call.optimizer, specs)
+        state = self.state_for(call.optimizer, specs, self.exchange.choices(shapes, names))
         with ops.device(self._devices[replica_id]):
             if self.peer_watch is not None:
                 with ops.control_dependencies([self.peer_watch.mark_step(state.step, self._devices[replica_id])]):

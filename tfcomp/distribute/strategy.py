@@ -18,7 +18,8 @@ from tfcomp.exchange import Exchange
 class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """MultiWorkerMirroredStrategy whose gradient reductions compress.
 
-    compression: a tfcomp compressor class or instance (None: no compression).
+    compression: a tfcomp compressor class or instance (None: no compression),
+        or a tfcomp.Plan of a compressor per tensor.
     cluster_resolver, communication_options: as tf.distribute's, and as there
         collectives have no timeout unless communication_options sets one.
         TensorFlow 2.15 holds a sleeping thread per collective launch for the
@@ -59,12 +60,13 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     @property
     def compressor(self):
+        """The compressor (or tfcomp.Plan) gradients run with, momentum resolved once bound."""
         return self.exchange.compressor
 
     def payload_bytes(self, variables):
         """Bytes one worker sends per step for these (trainable) variables."""
         return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables],
-                                           self.num_replicas_in_sync)
+                                           self.num_replicas_in_sync, [v.name for v in variables])
 
     def _check_workers_agree(self):
         """Every worker must run the same exchange, or payloads would not line up."""

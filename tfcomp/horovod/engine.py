@@ -37,7 +37,8 @@ class HorovodCollectives:
 
 def tfcomp_compression(compression):
     """compression= as tfcomp takes it: Horovod's Compression.none and .fp16 are
-    tfcomp's NoCompression and FP16; anything else passes on to tfcomp."""
+    tfcomp's NoCompression and FP16; anything else (a tfcomp compressor or
+    tfcomp.Plan) passes on to tfcomp."""
     def horovods(cls):
         return isinstance(compression, cls) or (isinstance(compression, type) and issubclass(compression, cls))
 
@@ -120,7 +121,8 @@ class HorovodEngine:
 
     def payload_bytes(self, variables):
         """Bytes one rank sends per step for these (trainable) variables."""
-        return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables], hvd.size())
+        return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables], hvd.size(),
+                                           [v.name for v in variables])
 
     def reduce(self, grads, variables, owner):
         """The reduced gradients (None stays None), in order; state lives on owner."""
@@ -133,6 +135,7 @@ class HorovodEngine:
         self.exchange.bind_optimizer(owner)
         # Each rank saves its own rows: Horovod programs checkpoint on rank 0 alone.
         state = state_lib.state_of(owner, self.exchange.state_specs(shapes, names, hvd.size()),
+                                   self.exchange.choices(shapes, names),
                                    device=self.device or None, num_workers=hvd.size(), rank=hvd.rank(),
                                    own_rows=True)
         with tf.device(self.device):

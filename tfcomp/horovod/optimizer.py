@@ -18,7 +18,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     so that its gradients are averaged over all Horovod ranks with compression.
 
     Arguments are horovod.tensorflow.keras.DistributedOptimizer's: compression
-    takes a tfcomp compressor class or instance, or Horovod's
+    takes a tfcomp compressor class or instance, a tfcomp.Plan, or Horovod's
     Compression.none / Compression.fp16. IndexedSlices gradients are sent
     dense whatever sparse_as_dense says; device_sparse is unused for that
     reason. exchange_options (min_compress_elements, bucket_bytes,
