@@ -18,6 +18,17 @@ def plan_path(spec):
     return spec[len(PLAN_PREFIX):]
 
 
+def for_cluster(spec, model, workers, link):
+    """The spec a run's workers get: a plan's PATH may name {model}, {workers} and {link},
+    so that one grid runs the plan made for each of its cells."""
+    if not is_plan(spec):
+        return spec
+    try:
+        return spec.format(model=model, workers=workers, link=link)
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"{spec!r}: a plan's path may name {{model}}, {{workers}} and {{link}} only ({e})") from None
+
+
 def explicit(spec):
     """The spec with the main job's rank and ratio made explicit where it leaves them
     out ('PowerSGD' -> 'PowerSGD:rank=4'), so that a profile (tfcomp.analysis.measure)

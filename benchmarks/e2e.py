@@ -24,7 +24,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks import e2e_report, prediction
+from benchmarks import compression_specs, e2e_report, prediction
 from models import registry
 from tfcomp.analysis.link_fit import fit_link
 from tfcomp.testing import netns_cluster
@@ -37,7 +37,8 @@ flags.DEFINE_string("size", "small", "The models' size setting (small, full; som
 flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "PowerSGD"],
                   "'none' (the engine's own dense allreduce) or tfcomp compressors, each optionally with "
                   "knobs: 'DGC:ratio=0.001', 'PowerSGD:rank=2', or 'plan:PATH', the per-tensor tfcomp.Plan that "
-                  "`python -m tfcomp.analysis plan --output=PATH` wrote (PATH from the repository root).")
+                  "`python -m tfcomp.analysis plan --output=PATH` wrote (PATH from the repository root; it may "
+                  "name {model}, {workers} and {link}, for a plan per cell of the grid).")
 flags.DEFINE_list("engines", ["tf.distribute"], "tf.distribute (MultiWorkerMirroredStrategy workers) and/or "
                   "horovod (Horovod ranks over Gloo).")
 flags.DEFINE_list("workers", ["2"], "Worker counts.")
@@ -176,8 +177,9 @@ def main(argv):
                     before = launcher.link_stats()
                     started = time.monotonic()
                     spec = registry.MODELS[model]
+                    runs_with = compression_specs.for_cluster(compression, model, workers, link)
                     ok, result, log = launcher.run("benchmarks.e2e_worker", [
-                        f"--model={model}", f"--size={FLAGS.size}", f"--compression={compression}",
+                        f"--model={model}", f"--size={FLAGS.size}", f"--compression={runs_with}",
                         f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--eval_every={FLAGS.eval_every}",
                         f"--global_batch={FLAGS.global_batch or spec.batch_size}",
                         f"--lr={FLAGS.lr if FLAGS.lr is not None else spec.learning_rate}",
@@ -191,7 +193,7 @@ def main(argv):
                             profiles[model] = record_profile(launcher, work_dir, model, measured, profile_paths[model])
                         if model in profiles:
                             record["predicted_step_ms"] = prediction.predicted_step_ms(profiles[model], engine,
-                                                                                       workers, compression)
+                                                                                       workers, runs_with)
                             record["profile"] = str(profiles[model].relative_to(out))
                     with open(runs_path, "a") as f:
                         f.write(json.dumps(record) + "\n")

@@ -18,9 +18,9 @@ def data():
     return x, y
 
 
-def build_model():
+def build_model(hidden=64):
     tf.keras.utils.set_random_seed(1)
-    return tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
+    return tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(hidden, activation="relu"),
                                 tf.keras.layers.Dense(10)])
 
 

@@ -12,14 +12,17 @@ _COMPRESSORS = ("NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "Random
                 "ACPSGD")
 _SUBMODULES = ("callbacks", "distribute")
 
-__all__ = list(_SUBMODULES + _COMPRESSORS) + ["Plan"]
+# Other names and the module that holds them.
+_CLASSES = {"Plan": "tfcomp.plan", "Auto": "tfcomp.auto", "Network": "tfcomp.selection"}
+
+__all__ = list(_SUBMODULES + _COMPRESSORS) + list(_CLASSES)
 
 
 def __getattr__(name):
     if name in _COMPRESSORS:
         return getattr(importlib.import_module("tfcomp.compressors"), name)
-    if name == "Plan":
-        return importlib.import_module("tfcomp.plan").Plan
+    if name in _CLASSES:
+        return getattr(importlib.import_module(_CLASSES[name]), name)
     # Any submodule (tfcomp.exchange, tfcomp.compressors, ...), as the eager imports once made them.
     if not name.startswith("_") and importlib.util.find_spec(f"tfcomp.{name}") is not None:
         return importlib.import_module(f"tfcomp.{name}")

@@ -17,6 +17,7 @@ from tfcomp.bucketing import DEFAULT_BUCKET_BYTES
 from tfcomp.callbacks import probe as timeline_probe
 from tfcomp.compressors.base import Compressor, Round, TensorContext, resolve
 from tfcomp.compressors.cast import NoCompression
+from tfcomp.auto import Auto
 from tfcomp.plan import Plan
 from tfcomp.selection import EfficiencyAwareSelection
 
@@ -59,15 +60,29 @@ class Exchange:
         if not isinstance(check_finite, bool):
             raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
         self.check_finite = check_finite
+        self.min_compress_elements = min_compress_elements
+        self.bucket_bytes = bucket_bytes
+        self.global_seed = global_seed
+        self.auto = compression if isinstance(compression, Auto) else None
+        if self.auto is not None:
+            if self.auto.exchange is not None:
+                raise ValueError("this tfcomp.Auto already decides for another strategy or optimizer; "
+                                 "make one Auto for each")
+            if selection:
+                raise ValueError("tensor selection does not apply to tfcomp.Auto: its plan says what each "
+                                 f"tensor runs with; drop selection={selection!r}")
+            self.auto.exchange = self
+        self._warmup_option = warmup_steps
+        self._configure(self.auto.current() if self.auto is not None else compression, selection)
+        self.traces = 0  # how often reduce was traced (run eagerly: called)
+
+    def _configure(self, compression, selection=False):
         # As the user made it (momentum="auto" unresolved): a compressor, or a Plan.
         self.configured = compression if isinstance(compression, Plan) else resolve(compression)
         self.compressor = self.configured  # what runs: bind_optimizer resolves momentum
         self._bound = None
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
-        self.min_compress_elements = min_compress_elements
-        self.bucket_bytes = bucket_bytes
-        self.global_seed = global_seed
-        self.warmup_steps = max([warmup_steps] + [c.warmup_steps for c in self._compressors()])
+        self.warmup_steps = max([self._warmup_option] + [c.warmup_steps for c in self._compressors()])
         self._said_dense = set()
         if self.is_plan:
             if selection:
@@ -77,6 +92,13 @@ class Exchange:
         elif selection is None:
             selection = EfficiencyAwareSelection() if self.compressor.efficiency_aware else False
         self.selection = selection or None
+
+    def use(self, compression):
+        """Runs compression (a tfcomp.Plan, or NoCompression) from the next trace on:
+        tfcomp.Auto's switch. The engine's next trace binds it to the optimizer."""
+        if self.auto is None:
+            raise ValueError("only a tfcomp.Auto exchange changes what it runs")
+        self._configure(compression)
 
     @property
     def is_plan(self):
@@ -88,7 +110,8 @@ class Exchange:
 
     def config(self):
         """Everything that must be the same on every worker."""
-        return {"compressor": self.configured.config(), "min_compress_elements": self.min_compress_elements,
+        compressor = self.auto.config() if self.auto is not None else self.configured.config()
+        return {"compressor": compressor, "min_compress_elements": self.min_compress_elements,
                 "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed,
                 "warmup_steps": self.warmup_steps, "check_finite": self.check_finite,
                 "selection": self.selection.config() if self.selection else None}
@@ -96,7 +119,10 @@ class Exchange:
     def bind_optimizer(self, optimizer):
         """Resolves the compressor's momentum="auto" against the optimizer that applies
         the exchanged gradients; engines call it before state_specs. One optimizer per
-        exchange: its momentum decides the compressor state."""
+        exchange: its momentum decides the compressor state. Under tfcomp.Auto the
+        optimizer carries Auto's decision (a resumed run takes it up here)."""
+        if self.auto is not None:
+            self.auto.attach(optimizer)
         if self.is_plan:
             resolved = self.configured.with_compressors(lambda c: optimizers.resolve(c, optimizer))
         else:
@@ -203,6 +229,12 @@ class Exchange:
         """The averaged (or, with reduce_op="sum", summed) gradients, in order."""
         if reduce_op not in ("mean", "sum"):
             raise ValueError(f"reduce_op must be 'mean' or 'sum', got {reduce_op!r}")
+        if self.auto is not None and not self.auto.callback_attached:
+            raise ValueError("tfcomp.Auto switches the train function itself, which it can only do under "
+                             "Keras' model.fit with its callback: model.fit(..., callbacks=[auto.callback()]). "
+                             "In a custom training loop, plan with `python -m tfcomp.analysis plan` and pass "
+                             "the tfcomp.Plan it writes (tfcomp.Plan.load) instead.")
+        self.traces += 1
         grads = [_dense(g, n) for g, n in zip(grads, names)]
         k = collectives.num_workers
         shapes_and_dtypes = [(g.shape, g.dtype) for g in grads]

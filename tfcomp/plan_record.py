@@ -25,7 +25,11 @@ class PlanRecord(tf.Module):
 
     def __init__(self, choices):
         super().__init__(name=RECORD_ATTRIBUTE)
-        self.text = json.dumps(choices, default=str)  # text, which tf.Module does not wrap
+        self.record(choices)
+
+    def record(self, choices):
+        """What checkpoints save from now on (tfcomp.Auto switched)."""
+        self.text = json.dumps(dict(choices), default=str)  # text, which tf.Module does not wrap
 
     def _serialize_to_tensors(self):
         if not tf.executing_eagerly():

@@ -44,20 +44,24 @@ def state_of(owner, specs, choices=None, **state_options):
     restores before the first step) finds every variable. choices (the
     exchange's {tensor name: compressor config}) are attached first, as a
     tfcomp.plan_record.PlanRecord: a restore made under other choices fails
-    there, naming the tensor, before any state is read.
+    there, naming the tensor, before any state is read. Later calls with other
+    choices (tfcomp.Auto's switch) change what the record saves from then on.
     """
     state = getattr(owner, STATE_ATTRIBUTE, None)
+    record = getattr(owner, RECORD_ATTRIBUTE, None)
+    if state is not None and record is not None and choices is not None:
+        record.record(choices)  # tfcomp.Auto switched: checkpoints from now on carry the new choices
     if state is None:
         with tf.init_scope():
             if choices is not None:
-                _attach(owner, PlanRecord(choices), RECORD_ATTRIBUTE)
+                attach(owner, PlanRecord(choices), RECORD_ATTRIBUTE)
             state = CompressionState(**state_options)
             state.build(specs)
-            _attach(owner, state, STATE_ATTRIBUTE)
+            attach(owner, state, STATE_ATTRIBUTE)
     return state
 
 
-def _attach(owner, trackable_child, name):
+def attach(owner, trackable_child, name):
     setattr(owner, name, trackable_child)
     trackable = tf.__internal__.tracking
     if isinstance(owner, trackable.Trackable) and not isinstance(owner, trackable.AutoTrackable):
@@ -118,14 +122,23 @@ class CompressionState(tf.Module):
             self.tensor_state(tensor_name, specs)
 
     def tensor_state(self, tensor_name, specs):
-        """{state name: tf.Variable} for one tensor, created (zeros) on first call."""
+        """{state name: tf.Variable} for one tensor, each created (zeros) on first call,
+        and made anew where a compressor switched by tfcomp.Auto needs another shape."""
         key = _key(tensor_name)
-        if key not in self._tensors:
-            with worker_local_variables(self._device):
-                self._tensors[key] = {
-                    name: tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"{key}/{name}")
-                    for name, (shape, dtype) in specs.items()}
-        return self._tensors[key]
+        states = self._tensors.setdefault(key, {})
+        for name, (shape, dtype) in specs.items():
+            known = states.get(name)
+            if known is None or known.shape != tf.TensorShape(shape) or known.dtype != tf.as_dtype(dtype):
+                with worker_local_variables(self._device):
+                    states[name] = tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"{key}/{name}")
+        return states
+
+    def zero(self):
+        """Every state variable back to zeros (the step counter kept): where tfcomp.Auto
+        switches compressors, one's residuals mean nothing to another."""
+        for states in self._tensors.values():
+            for variable in states.values():
+                variable.assign(tf.zeros_like(variable))
 
     def _serialize_to_tensors(self):
         variables = {_path(key, name): var for key, states in self._tensors.items()

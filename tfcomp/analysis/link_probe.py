@@ -23,8 +23,8 @@ def sizes(max_bytes):
     return out
 
 
-def _tf_distribute():
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+def _tf_distribute(strategy=None):
+    strategy = strategy or tf.distribute.MultiWorkerMirroredStrategy()
 
     def make(kind, elements):
         value = tf.ones([elements], tf.float32)
@@ -55,11 +55,13 @@ def _horovod():
     return make, hvd.rank(), hvd.size()
 
 
-def probe(engine, max_bytes=4 << 20, runs=7):
-    """{"rank", "workers", "allreduce": [(bytes per worker, median seconds)], "allgather": [...]}."""
+def probe(engine, max_bytes=4 << 20, runs=7, strategy=None):
+    """{"rank", "workers", "allreduce": [(bytes per worker, median seconds)], "allgather": [...]}.
+    strategy: the tf.distribute strategy this process trains with (default: a new
+    MultiWorkerMirroredStrategy, for a process that only probes)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    make, rank, workers = _horovod() if engine == "horovod" else _tf_distribute()
+    make, rank, workers = _horovod() if engine == "horovod" else _tf_distribute(strategy)
     result = {"rank": rank, "workers": workers}
     for kind in COLLECTIVES:
         result[kind] = [(4 * n, median_s(make(kind, n), runs)) for n in sizes(max_bytes)]

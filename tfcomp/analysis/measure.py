@@ -15,8 +15,8 @@ import statistics
 import numpy as np
 import tensorflow as tf
 
-from tfcomp.analysis.costs import Transfer
-from tfcomp.analysis.profile import CompressorProfile
+from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, Transfer
+from tfcomp.analysis.profile import CompressorProfile, Profile
 from tfcomp.analysis.tables import SizeTable
 from tfcomp.analysis.timing import median_s
 from tfcomp.compressors.base import Collective, TensorContext
@@ -161,3 +161,16 @@ def addest(max_bytes, runs=7):
         if 4 * n >= max_bytes:
             return SizeTable(points, "AddEst")
         n *= 4
+
+
+def profile(model, gradients, links, compressors, num_workers, runs=7, say=None):
+    """The Profile of a model (a ModelProfile) with gradients [(name, shape, dtype)] in its
+    order, over links ({collective: Link}): every compressor of {spec: compressor}
+    measured on the gradients' shapes, and the vector-add cost."""
+    profiles = {}
+    for spec, compressor in compressors.items():
+        if say is not None:
+            say(f"measuring {spec} on {len(gradients)} gradients ...")
+        profiles[spec] = compressor_profile(spec, compressor, gradients, num_workers, runs)
+    largest = max(g.nbytes for g in model.gradients)
+    return Profile(model, links[ALLREDUCE], links[ALLGATHER], addest(largest, runs), profiles)

@@ -160,6 +160,23 @@ class Profile:
     def from_dict(cls, data):
         return _parse(data)
 
+    def averaged(self, mean, order=None):
+        """This profile with every measured number replaced by its mean over the workers
+        (mean(list of floats) -> list of floats, one collective that every worker joins
+        with a profile of the same model and compressors): what all workers then plan
+        from alike. Gradients are ordered by ready time, then by order (their names as
+        the exchange receives them; default: by name), the same on every worker."""
+        data = self.to_dict()
+        data["model"]["gradients"].sort(key=lambda g: g["name"])  # the workers' orders may differ
+        leaves = []
+        _numbers(data, leaves.append)
+        averaged = iter(mean([float(x) for x in leaves]))
+        data = _numbers(data, lambda _: next(averaged))
+        rank = {name: i for i, name in enumerate(order or [])}
+        data["model"]["gradients"].sort(key=lambda g: (g["ready_s"], rank.get(g["name"], len(rank)), g["name"]))
+        data["version"] = VERSION
+        return _parse(data)
+
     def save(self, path):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, indent=1)
@@ -176,6 +193,18 @@ class Profile:
             return _parse(data)
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
+
+
+def _numbers(data, visit):
+    """data with each number (not a bool) replaced by visit(number), in a fixed order:
+    dict keys sorted, lists in order."""
+    if isinstance(data, dict):
+        return {k: _numbers(data[k], visit) for k in sorted(data)}
+    if isinstance(data, list):
+        return [_numbers(x, visit) for x in data]
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        return visit(data)
+    return data
 
 
 def _parse(data):

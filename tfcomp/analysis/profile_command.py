@@ -18,7 +18,6 @@ from absl import app, flags
 
 from tfcomp.analysis import from_timeline
 from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE
-from tfcomp.analysis.profile import Profile
 
 SUMMARY = "record a profile (model from a Timeline trace, link probe, compressor and vector-add costs) as JSON"
 
@@ -99,16 +98,12 @@ def run(fv, out):
     workers = probe["workers"]
     # Every worker measures, as every worker compresses during training: on shared
     # machines the codecs are then timed under the contention training has.
-    profiles = {}
-    for spec, compressor in compressors.items():
-        print(f"measuring {spec} on {len(gradients)} gradients ...", file=out, flush=True)
-        profiles[spec] = measure.compressor_profile(spec, compressor, gradients, workers, fv.runs)
-    largest = max(g.nbytes for g in model.gradients)
-    profile = Profile(model, links[ALLREDUCE], links[ALLGATHER], measure.addest(largest, fv.runs), profiles)
+    profile = measure.profile(model, gradients, links, compressors, workers, fv.runs,
+                              say=lambda text: print(text, file=out, flush=True))
     if probe.get("rank", 0) != 0:
         return  # worker 0 saves
     profile.save(fv.output)
     print(f"saved {fv.output}: {model.name}, {len(model.gradients)} gradients ({model.total_bytes / 2**20:.1f} MiB), "
           f"forward {1e3 * model.forward_s:.1f} ms, backward {1e3 * model.backward_s:.1f} ms, apply "
           f"{1e3 * model.apply_s:.1f} ms; allreduce {8 * links[ALLREDUCE].bandwidth_bytes_per_s / 1e9:.2f} Gbit/s "
-          f"among {workers} workers; compressors: {', '.join(profiles) or 'none'}", file=out)
+          f"among {workers} workers; compressors: {', '.join(profile.compressors) or 'none'}", file=out)

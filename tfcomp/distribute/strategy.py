@@ -12,6 +12,7 @@ from tensorflow.python.framework import errors
 from tfcomp import agreement, peers
 from tfcomp.distribute import gradient_calls
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
+from tfcomp.auto import Workers
 from tfcomp.exchange import Exchange
 
 
@@ -19,7 +20,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """MultiWorkerMirroredStrategy whose gradient reductions compress.
 
     compression: a tfcomp compressor class or instance (None: no compression),
-        or a tfcomp.Plan of a compressor per tensor.
+        a tfcomp.Plan of a compressor per tensor, or a tfcomp.Auto (which plans
+        one itself; pass its callback() to model.fit).
     cluster_resolver, communication_options: as tf.distribute's, and as there
         collectives have no timeout unless communication_options sets one.
         TensorFlow 2.15 holds a sleeping thread per collective launch for the
@@ -55,6 +57,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         self.exchange = exchange
         self._check_workers_agree()
         self._share_compression_profile()
+        self._serve_auto()
         self.peer_watch = self._watch_peers() if watch_peers else None
         extended._cross_device_ops.peer_watch = self.peer_watch
 
@@ -70,8 +73,10 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def _check_workers_agree(self):
         """Every worker must run the same exchange, or payloads would not line up."""
-        agreement.check_workers_agree(self.exchange, lambda value: [row[0] for row in self._gather_ints([value])],
-                                      self.cluster_resolver.task_id)
+        agreement.check_workers_agree(self.exchange, self._gather_int, self.cluster_resolver.task_id)
+
+    def _gather_int(self, value):
+        return [row[0] for row in self._gather_ints([value])]
 
     def _gather_ints(self, values):
         """Every worker's list of ints (as long as this worker's), in group-rank order."""
@@ -96,15 +101,22 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
                                [addresses[t].rsplit(":", 1)[0] for t in tasks], [g[2] for g in gathered],
                                on_loss=_abort_collectives)
 
-    def _share_compression_profile(self):
-        def average(seconds):
-            @tf.function
-            def run():
-                ctx = tf.distribute.get_replica_context()
-                return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, tf.constant(seconds, tf.float64))
-            return self.experimental_local_results(self.run(run))[0].numpy().tolist()
+    def _mean_floats(self, values):
+        """Every worker's list of floats (as long as this worker's), averaged."""
+        @tf.function
+        def run():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, tf.constant(values, tf.float64))
+        return self.experimental_local_results(self.run(run))[0].numpy().tolist()
 
-        agreement.share_compression_profile(self.exchange, average)
+    def _share_compression_profile(self):
+        agreement.share_compression_profile(self.exchange, self._mean_floats)
+
+    def _serve_auto(self):
+        if self.exchange.auto is not None:
+            self.exchange.auto.workers = Workers("tf.distribute", self.cluster_resolver.task_id or 0,
+                                                 self.num_replicas_in_sync, self._mean_floats, self._gather_int,
+                                                 strategy=self)
 
 
 def cluster_addresses(cluster_resolver):

@@ -15,6 +15,7 @@ from horovod.tensorflow.compression import FP16Compressor, NoneCompressor
 from tfcomp import agreement, peers
 from tfcomp import state as state_lib
 from tfcomp.compressors.cast import FP16, NoCompression
+from tfcomp.auto import Workers
 from tfcomp.exchange import Exchange
 
 ENGINE_ATTRIBUTE = "tfcomp_engine"  # where an optimizer keeps its HorovodEngine (not checkpointed)
@@ -88,6 +89,9 @@ class HorovodEngine:
             agreement.check_workers_agree(self.exchange, self._gather_ints, hvd.rank(), worker_word="rank")
             agreement.share_compression_profile(self.exchange, self._average_floats)
             self.peer_watch = self._watch_peers() if watch_peers and hvd.size() > 1 else None
+        if self.exchange.auto is not None:
+            self.exchange.auto.workers = Workers("horovod", hvd.rank(), hvd.size(), self._average_floats,
+                                                 self._gather_ints)
 
     @staticmethod
     def _watch_peers():

@@ -1,0 +1,213 @@
+"""tfcomp.Auto's Keras callback: profile dense steps, plan, switch, check (tfcomp.auto).
+
+Every worker runs the same steps and takes each decision from numbers averaged over
+the workers, so all switch at the same step to the same plan.
+"""
+import json
+import statistics
+import tempfile
+import time
+import zlib
+
+import tensorflow as tf
+from absl import logging
+
+from tfcomp.auto import DENSE, PLANNED, PROFILING
+
+
+class AutoCallback(tf.keras.callbacks.Callback):
+    """Auto.callback(): pass it to model.fit."""
+
+    def __init__(self, auto):
+        super().__init__()
+        self.auto = auto
+        auto.callback_attached = True
+        self._tmp = tempfile.TemporaryDirectory(prefix="tfcomp-auto-")
+        self._cycle = None  # the profiling in progress: {"n", "dense", "timeline"}
+        self._check = None  # the check of a new plan in progress: {"n", "times"}
+        self._window = []  # the kept plan's recent step times (replan_every)
+        self._start = True  # what to do is decided at the first step, after every restore
+        self._last_end = None
+        self._codecs = {}  # candidate label -> CompressorProfile, measured once
+
+    # ---- Keras
+
+    def on_train_begin(self, logs=None):
+        auto = self.auto
+        if auto.exchange is None or auto.workers is None:
+            raise ValueError("this tfcomp.Auto is not the compression= of a tfcomp strategy or Horovod optimizer: "
+                             "pass it there, and its callback() to model.fit")
+        auto.attach(self.model.optimizer)  # a BackupAndRestore restore fills the record before the first step
+        self._start, self._last_end = True, None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._start:
+            self._start = False
+            if self.auto.phase == PROFILING and self._cycle is None:
+                self._begin_cycle()
+            elif self.auto.phase == PLANNED and "plan_ms" not in self.auto.decision and self._check is None:
+                self._check = {"n": 0, "times": []}  # resumed before the plan was checked
+        if self._cycle is not None:
+            self._cycle["timeline"].on_train_batch_begin(batch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        duration = None if self._last_end is None else now - self._last_end
+        self._last_end = now
+        auto = self.auto
+        if self._cycle is not None:
+            cycle = self._cycle
+            cycle["timeline"].on_train_batch_end(batch)
+            cycle["n"] += 1
+            if auto.warmup_steps < cycle["n"] <= auto.warmup_steps + auto.profile_steps and duration is not None:
+                cycle["dense"].append(duration)
+            if cycle["n"] == auto.warmup_steps + auto.profile_steps + auto.timeline_steps:
+                self._plan()
+                self._last_end = time.perf_counter()
+        elif self._check is not None:
+            self._check["n"] += 1
+            if self._check["n"] > auto.warmup_steps and duration is not None:
+                self._check["times"].append(duration)
+            if len(self._check["times"]) == auto.check_steps:
+                self._finish_check()
+        elif auto.phase == PLANNED and auto.replan_every and duration is not None:
+            self._window.append(duration)
+            if len(self._window) == auto.replan_every:
+                self._watch_drift()
+
+    def on_train_end(self, logs=None):
+        if self._cycle is not None:  # profiling stopped with the fit; start it again at the next
+            self._cycle["timeline"].on_train_end()
+            self._cycle = None
+        self._start = True
+
+    # ---- profiling and planning
+
+    def _begin_cycle(self):
+        from tfcomp.callbacks import Timeline  # pylint: disable=import-outside-toplevel
+        auto = self.auto
+        timeline = Timeline(self._tmp.name, start_step=auto.warmup_steps + auto.profile_steps,
+                            num_steps=auto.timeline_steps, worker=f"worker{auto.workers.rank}")
+        timeline.set_model(self.model)
+        timeline.on_train_begin()
+        self._cycle = {"n": 0, "dense": [], "timeline": timeline}
+
+    def _retrace(self):
+        """The train function traced anew with what the exchange now runs, from zeroed state."""
+        from tfcomp.state import STATE_ATTRIBUTE  # pylint: disable=import-outside-toplevel
+        state = getattr(self.model.optimizer, STATE_ATTRIBUTE, None)
+        if state is not None:
+            state.zero()
+        self.model.train_function = self.model.make_train_function(force=True)
+
+    def _plan(self):
+        # pylint: disable=import-outside-toplevel
+        from tfcomp.analysis import from_timeline, planner
+        from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE
+        from tfcomp.analysis.profile import Profile
+        auto, workers = self.auto, self.auto.workers
+        cycle, self._cycle = self._cycle, None
+        cycle["timeline"].on_train_end()  # writes the trace and puts Keras' train function back
+        started = time.perf_counter()
+        model = from_timeline.model_profile(str(cycle["timeline"].paths()["trace"])).ready_at_backward_end()
+        variables = {v.name: v for v in self.model.trainable_variables}
+        missing = [g.name for g in model.gradients if g.name not in variables]
+        if missing:
+            raise RuntimeError(f"tfcomp.Auto: the Timeline recorded gradients of no trainable variable: {missing[:3]}")
+        gradients = [(g.name, tuple(variables[g.name].shape), variables[g.name].dtype) for g in model.gradients]
+        links = self._links()
+        codecs = self._codec_profiles(gradients)
+        from tfcomp.analysis.measure import addest  # pylint: disable=import-outside-toplevel
+        largest = max(g.nbytes for g in model.gradients)
+        profile = Profile(model, links[ALLREDUCE], links[ALLGATHER], addest(largest, auto.runs), codecs)
+        profile = profile.averaged(workers.mean, order=list(variables))
+        dense_s = workers.mean([statistics.median(cycle["dense"])])[0]
+        result = planner.plan(profile, workers.num_workers)
+        choices = {name: label for name, label in result.choices.items() if label is not None}
+        agreed = workers.gather_int(zlib.crc32(json.dumps(sorted(choices.items())).encode()))
+        if len(set(agreed)) != 1:
+            raise RuntimeError(f"tfcomp.Auto: the workers planned differently from averaged inputs (plan "
+                               f"fingerprints {agreed}); this is a defect in tfcomp, please report it")
+        decision = {"step": int(self.model.optimizer.iterations.numpy()), "dense_ms": 1e3 * dense_s,
+                    "predicted_ms": 1e3 * result.iteration_s, "predicted_dense_ms": 1e3 * result.dense_s,
+                    "profiling_s": time.perf_counter() - started, "traces": auto.exchange.traces,
+                    "link_gbps": 8e-9 * profile.allreduce.bandwidth_bytes_per_s}
+        if not choices or result.iteration_s >= result.dense_s:
+            auto.decide(DENSE, reason="the planner found no plan faster than dense", **decision)
+            logging.info("tfcomp.Auto: staying dense: no plan is predicted faster (dense %.1f ms/step measured)",
+                         1e3 * dense_s)
+            return
+        auto.decide(PLANNED, choices, **decision)
+        self._retrace()
+        self._check = {"n": 0, "times": []}
+        counts = {}
+        for label in choices.values():
+            counts[label] = counts.get(label, 0) + 1
+        logging.info("tfcomp.Auto at step %d: %d of %d tensors compressed (%s); predicted %.1f ms/step against "
+                     "dense %.1f ms predicted, %.1f ms measured; checking it over %d steps\n%s", decision["step"],
+                     len(choices), len(gradients), ", ".join(f"{n} {label}" for label, n in counts.items()),
+                     decision["predicted_ms"], decision["predicted_dense_ms"], decision["dense_ms"], auto.check_steps,
+                     self._table(gradients))
+
+    def _table(self, gradients):
+        exchange = self.auto.exchange
+        return exchange.configured.table([(s, d) for _, s, d in gradients], [n for n, _, _ in gradients],
+                                         self.auto.workers.num_workers,
+                                         min_compress_elements=exchange.min_compress_elements)
+
+    def _links(self):
+        # pylint: disable=import-outside-toplevel
+        from tfcomp.analysis import link_probe
+        from tfcomp.analysis.costs import COLLECTIVES, Link
+        auto, workers = self.auto, self.auto.workers
+        if auto.network is not None:
+            link = Link.from_gbit(auto.network.bandwidth_gbps, alpha_s=auto.network.latency_us * 1e-6)
+            return {kind: link for kind in COLLECTIVES}
+        samples = link_probe.probe(workers.engine, auto.probe_max_bytes, auto.runs, strategy=workers.strategy)
+        return link_probe.fitted_links(samples, workers.num_workers)
+
+    def _codec_profiles(self, gradients):
+        from tfcomp.analysis.measure import compressor_profile  # pylint: disable=import-outside-toplevel
+        for label, compressor in self.auto.candidates.items():
+            if label not in self._codecs:
+                self._codecs[label] = compressor_profile(label, compressor, gradients,
+                                                         self.auto.workers.num_workers, self.auto.runs)
+        return dict(self._codecs)
+
+    # ---- checking and drift
+
+    def _finish_check(self):
+        auto = self.auto
+        check, self._check = self._check, None
+        plan_s = auto.workers.mean([statistics.median(check["times"])])[0]
+        dense_s = auto.decision["dense_ms"] / 1e3
+        if plan_s > dense_s:
+            reason = (f"the plan measured {1e3 * plan_s:.1f} ms/step, slower than the {1e3 * dense_s:.1f} ms "
+                      f"dense steps measured before it")
+            logging.warning("tfcomp.Auto: back to dense for good: %s (predicted %.1f ms)", reason,
+                            auto.decision["predicted_ms"])
+            auto.decide(DENSE, reason=reason, plan_ms=1e3 * plan_s, **_without(auto.decision, "plan_ms", "reason"))
+            self._retrace()
+            return
+        auto.decision["plan_ms"] = 1e3 * plan_s
+        auto.history[-1]["plan_ms"] = 1e3 * plan_s
+        self._window = []
+        logging.info("tfcomp.Auto: keeping the plan: %.1f ms/step measured against dense's %.1f ms (%.2fx)",
+                     1e3 * plan_s, 1e3 * dense_s, dense_s / plan_s)
+
+    def _watch_drift(self):
+        auto = self.auto
+        window, self._window = self._window, []
+        measured = auto.workers.mean([statistics.median(window)])[0]
+        baseline = auto.decision["plan_ms"] / 1e3
+        if abs(measured / baseline - 1) <= auto.drift:
+            return
+        logging.info("tfcomp.Auto: the plan's step time moved from %.1f to %.1f ms: profiling and planning again",
+                     1e3 * baseline, 1e3 * measured)
+        auto.decide(PROFILING, reason=f"drifted from {1e3 * baseline:.1f} to {1e3 * measured:.1f} ms/step")
+        self._retrace()
+        self._begin_cycle()
+
+
+def _without(decision, *keys):
+    return {k: v for k, v in decision.items() if k not in keys}
