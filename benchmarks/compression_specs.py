@@ -7,6 +7,7 @@ SPARSE_RATIO = 0.01
 RANK = 4
 LOW_RANK = ("PowerSGD", "ACPSGD")  # tfcomp.compressors.lowrank.LowRank's subclasses
 SPARSIFIERS = ("TopK", "RandomK", "DGC", "DRAGONN")  # tfcomp.compressors.sparse.Sparsifier's
+AUTO = "auto"  # tfcomp.Auto() with its default candidates: the main job's FP16, EFSignSGD, DGC and PowerSGD
 PLAN_PREFIX = "plan:"  # 'plan:PATH': the per-tensor plan `python -m tfcomp.analysis plan --output=PATH` wrote
 
 
@@ -32,8 +33,8 @@ def for_cluster(spec, model, workers, link):
 def explicit(spec):
     """The spec with the main job's rank and ratio made explicit where it leaves them
     out ('PowerSGD' -> 'PowerSGD:rank=4'), so that a profile (tfcomp.analysis.measure)
-    measures the compressor the workers run. A plan ('plan:PATH') is left as it is."""
-    if is_plan(spec):
+    measures the compressor the workers run. A plan ('plan:PATH') and 'auto' are left as they are."""
+    if is_plan(spec) or spec == AUTO:
         return spec
     name, *pairs = spec.split(":")
     keys = {pair.partition("=")[0] for pair in pairs}

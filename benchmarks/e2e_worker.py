@@ -70,15 +70,18 @@ def main(argv):
     timer = StepTimes()
     evaluator = Evaluator(x_test, y_test, FLAGS.eval_every, spec.metric)
     callbacks = [timer, evaluator]
+    auto = main_job_worker.auto_of(model)
+    if auto is not None:  # it records its own Timeline steps, so the run records none
+        callbacks.append(auto.callback())
     timeline = None
-    if FLAGS.timeline_steps:  # recorded right after warm-up; those steps are left out of the step times
+    if FLAGS.timeline_steps and auto is None:  # right after warm-up; those steps are left out of the step times
         timeline = tfcomp.callbacks.Timeline(FLAGS.out + ".timeline", start_step=FLAGS.warmup,
                                              num_steps=FLAGS.timeline_steps)
         callbacks.insert(0, timeline)
     model.fit(main_job_worker.batches(x_train, y_train).repeat(), epochs=1, steps_per_epoch=FLAGS.steps,
               verbose=0, callbacks=callbacks)
 
-    timed_from = FLAGS.warmup + (FLAGS.timeline_steps or 0)
+    timed_from = FLAGS.warmup + (FLAGS.timeline_steps if timeline else 0)
     times = sorted(timer.times[timed_from:] or timer.times[FLAGS.warmup:])
     dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
 
@@ -92,7 +95,25 @@ def main(argv):
         "bytes_per_step": payload_bytes(model.trainable_variables) if payload_bytes else dense_bytes,
         "dense_bytes": dense_bytes, "gradient_tensors": len(model.trainable_variables),
         "phases_s": phase_medians(timeline) if timeline else None,
-        "curve": evaluator.curve, "final_accuracy": evaluator.curve[-1][2] if evaluator.curve else None}))
+        "curve": evaluator.curve, "final_accuracy": evaluator.curve[-1][2] if evaluator.curve else None,
+        **(auto_result(auto, timer.times) if auto is not None else {})}))
+
+
+def auto_result(auto, times):
+    """tfcomp.Auto's decisions, and the median step time once it settled: after its last
+    decision, the steps that warm up the new train function and, for a plan, its check."""
+    decision = auto.history[-1] if auto.history else None
+    settled = None
+    if decision is not None:
+        settled = decision["step"]  # decided dense outright: nothing retraced
+        if decision["phase"] == "planned" or "plan_ms" in decision:  # switched, and checked the plan
+            settled += auto.warmup_steps + auto.check_steps
+        if decision["phase"] == "dense" and "plan_ms" in decision:  # and switched back
+            settled += auto.warmup_steps
+    after = times[settled:] if settled is not None else []
+    return {"auto": {"phase": auto.phase, "compressed": len(auto.choices), "choices": sorted(set(auto.choices.values())),
+                     "history": auto.history, "settled_from_step": settled},
+            "settled_step_ms": 1e3 * statistics.median(after) if after else None}
 
 
 if __name__ == "__main__":

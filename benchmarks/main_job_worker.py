@@ -46,15 +46,25 @@ def strategy_options(spec):
     """The compressor (a spec for tfcomp.analysis.measure.parse_compressor; the main
     job's ratio and rank unless given), and for the sparsifiers tensor selection
     planned for this link; 'plan:PATH' is the tfcomp.Plan that `python -m
-    tfcomp.analysis plan --output=PATH` wrote."""
+    tfcomp.analysis plan --output=PATH` wrote, 'auto' a tfcomp.Auto() (whose
+    callback the worker adds: auto_of)."""
     options = {"check_finite": FLAGS.check_finite}
     if compression_specs.is_plan(spec):
         return {"compression": tfcomp.Plan.load(compression_specs.plan_path(spec)), **options}
+    if spec == compression_specs.AUTO:
+        return {"compression": tfcomp.Auto(), **options}
     compressor = parse_compressor(compression_specs.explicit(spec))
     if not isinstance(compressor, Sparsifier):
         return {"compression": compressor, **options}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))
     return {"compression": compressor, "selection": selection, **options}
+
+
+def auto_of(model):
+    """The tfcomp.Auto the model's strategy or optimizer runs, or None."""
+    engine = getattr(model.optimizer, "tfcomp_engine", None)  # Horovod's optimizer wrapper
+    exchange = engine.exchange if engine is not None else getattr(model.distribute_strategy, "exchange", None)
+    return exchange.auto if exchange is not None else None
 
 
 def _loss():
@@ -151,7 +161,10 @@ def main(argv):
     timer = StepTimes()
     steps_per_epoch = min(len(x_train) // FLAGS.global_batch, FLAGS.steps_per_epoch or len(x_train))
     callbacks = [timer]
-    if FLAGS.timeline:  # before the timer: its reads at batch end count in the step times
+    auto = auto_of(model)
+    if auto is not None:
+        callbacks.append(auto.callback())
+    if FLAGS.timeline and auto is None:  # before the timer: its reads at batch end count in the step times
         callbacks.insert(0, tfcomp.callbacks.Timeline(FLAGS.timeline, start_step=steps_per_epoch,
                                                       num_steps=FLAGS.timeline_steps or steps_per_epoch))
     model.fit(batches(x_train, y_train).repeat(), epochs=FLAGS.epochs, steps_per_epoch=steps_per_epoch, verbose=0,

@@ -1,18 +1,21 @@
-"""Espresso's planner measured: for every model and link of a grid, the per-tensor plan
-that `python -m tfcomp.analysis plan` makes from the cell's saved profile, trained by
-real workers on the emulated cluster (benchmarks/e2e.py) beside dense and every single
-compressor, and its regret: how much slower the plan's measured step is than the
-fastest measured configuration (dense or one compressor on every tensor).
+"""Espresso's planner and tfcomp.Auto measured: for every model and link of a grid, the
+per-tensor plan that `python -m tfcomp.analysis plan` makes from the cell's saved
+profile, and compression=tfcomp.Auto(), trained by real workers on the emulated
+cluster (benchmarks/e2e.py) beside dense and every single compressor, and their
+regret: how much slower their measured step is than the fastest measured
+configuration (dense or one compressor on every tensor).
 
     python -m benchmarks.plan_regret --models=xml,resnet50 --links=unlimited,1gbit,100mbit
 
 Writes OUTPUT/plans/ (each cell's plan), OUTPUT/runs.jsonl with e2e.md and its plots
-(the e2e harness's), and OUTPUT/regret.md with regret.png. Needs root (network
+(the e2e harness's; OUTPUT/repeat<k>/ for each further --repeats), and OUTPUT/regret.md
+with regret.png. Needs root (network
 namespaces), as the e2e harness does. Step times only: the runs are too short to
 train the models to accuracy.
 """
 import json
 import pathlib
+import statistics
 import subprocess
 import sys
 
@@ -37,13 +40,17 @@ flags.DEFINE_string("profiles", "benchmarks/results/e2e/validation-small/profile
                     "Directory of saved profiles named ENGINE-<workers>w-<link>-<model>.json (what "
                     "benchmarks.e2e --predict records).")
 flags.DEFINE_string("engine", "tf.distribute", "The engine the profiles were recorded with, and the runs use.")
-flags.DEFINE_integer("steps", 60, "Training steps per run.", lower_bound=2)
+flags.DEFINE_integer("steps", 100, "Training steps per run (Auto decides by step 30 and has checked its plan "
+                     "by step 55).", lower_bound=2)
 flags.DEFINE_integer("warmup", 10, "Steps not timed.", lower_bound=1)
+flags.DEFINE_integer("repeats", 1, "Run the grid this many times (the first in OUTPUT, the others in "
+                     "OUTPUT/repeat<k>) and report each configuration's median over them: on a shared machine one "
+                     "run's median step can be 10-30% off another's.", lower_bound=1)
 flags.DEFINE_string("output", "benchmarks/results/plan_regret", "Directory for the plans, runs and report.")
 flags.DEFINE_bool("report_only", False, "Only rewrite OUTPUT/regret.md and regret.png from OUTPUT/runs.jsonl.")
 
 PLAN_FILE = "{model}-{workers}w-{link}.json"
-DENSE = "none"
+DENSE, AUTO = "none", "auto"
 
 
 def make_plans(out):
@@ -71,24 +78,40 @@ def plan_spec(out):
     return f"plan:{out / 'plans' / PLAN_FILE}"
 
 
+def repeat_dirs(out):
+    return [out] + [out / f"repeat{k}" for k in range(2, FLAGS.repeats + 1)]
+
+
 def run_grid(out):
+    for where in repeat_dirs(out):
+        run_grid_once(out, where)
+
+
+def run_grid_once(out, where):
     command = [sys.executable, "-m", "benchmarks.e2e", f"--models={','.join(FLAGS.models)}", f"--size={FLAGS.size}",
                f"--engines={FLAGS.engine}", f"--workers={','.join(FLAGS.workers)}", f"--links={','.join(FLAGS.links)}",
-               f"--compressors={','.join([DENSE, *FLAGS.compressors, plan_spec(out)])}", f"--steps={FLAGS.steps}",
+               f"--compressors={','.join([DENSE, *FLAGS.compressors, plan_spec(out), AUTO])}", f"--steps={FLAGS.steps}",
                f"--warmup={FLAGS.warmup}", "--timeline_steps=5", f"--eval_every={FLAGS.steps + 1}",
-               f"--output={out}"]
+               f"--output={where}"]
     print(" ".join(command[1:]), flush=True)
     subprocess.run(command, check=True)
 
 
 def cells(records, plans_dir):
-    """Per (model, workers, link): {compression: ms/step} measured, and the plan's dict."""
-    out = {}
+    """Per (model, workers, link): {compression: its runs' record with the median step
+    times over the repeats}, and the plan's dict."""
+    runs = {}
     for r in records:
-        if r["status"] != "ok":
-            continue
-        key = (r["model"], r["workers"], r["link"])
-        out.setdefault(key, {})[r["compression"]] = r["step_ms"]
+        if r["status"] == "ok":
+            runs.setdefault((r["model"], r["workers"], r["link"]), {}).setdefault(r["compression"], []).append(r)
+    out = {}
+    for key, by_compression in runs.items():
+        for compression, repeats in by_compression.items():
+            merged = dict(repeats[0], repeats=len(repeats))
+            for field in ("step_ms", "settled_step_ms"):
+                values = [r[field] for r in repeats if r.get(field) is not None]
+                merged[field] = statistics.median(values) if values else None
+            out.setdefault(key, {})[compression] = merged
     plans = {}
     for key in out:
         path = plans_dir / PLAN_FILE.format(model=key[0], workers=key[1], link=key[2])
@@ -99,44 +122,70 @@ def cells(records, plans_dir):
 
 def regret_rows(measured, plans):
     rows = []
-    for key, times in sorted(measured.items()):
-        plan = next((ms for c, ms in times.items() if c.startswith("plan:")), None)
-        if plan is None or DENSE not in times:
+    for key, runs in sorted(measured.items()):
+        plan = next((r for c, r in runs.items() if c.startswith("plan:")), None)
+        auto = runs.get(AUTO)
+        if DENSE not in runs or (plan is None and auto is None):
             continue
-        singles = {c: ms for c, ms in times.items() if not c.startswith("plan:")}
+        singles = {c: r["step_ms"] for c, r in runs.items() if not c.startswith("plan:") and c != AUTO}
         best = min(singles, key=singles.get)
         saved = plans.get(key, {})
         choices = saved.get("choices", {})
-        rows.append({"model": key[0], "workers": key[1], "link": key[2], "dense_ms": times[DENSE],
-                     "singles": singles, "best": best, "best_ms": singles[best], "plan_ms": plan,
-                     "predicted_ms": 1e3 * saved["iteration_s"] if saved else None,
-                     "compressed": sum(c is not None for c in choices.values()), "gradients": len(choices),
-                     "choices": sorted({c for c in choices.values() if c is not None}),
-                     "regret": plan / singles[best] - 1, "vs_dense": times[DENSE] / plan})
+        dense_ms = singles[DENSE]
+        row = {"model": key[0], "workers": key[1], "link": key[2], "dense_ms": dense_ms, "singles": singles,
+               "best": best, "best_ms": singles[best]}
+        if plan is not None:
+            row.update(plan_ms=plan["step_ms"], predicted_ms=1e3 * saved["iteration_s"] if saved else None,
+                       compressed=sum(c is not None for c in choices.values()), gradients=len(choices),
+                       choices=sorted({c for c in choices.values() if c is not None}),
+                       regret=plan["step_ms"] / singles[best] - 1, vs_dense=dense_ms / plan["step_ms"])
+        if auto is not None and auto.get("settled_step_ms"):
+            decided = auto["auto"]
+            row.update(auto_ms=auto["settled_step_ms"], auto_whole_ms=auto["step_ms"], auto_phase=decided["phase"],
+                       auto_choices=decided["choices"], auto_compressed=decided["compressed"],
+                       auto_regret=auto["settled_step_ms"] / singles[best] - 1,
+                       auto_vs_dense=dense_ms / auto["settled_step_ms"])
+        rows.append(row)
     return rows
 
 
 def markdown(rows, command):
-    lines = ["# Espresso's planner, measured", "", f"Command: `{command}`", "",
-             "Each cell's plan comes from that cell's saved profile (`python -m tfcomp.analysis plan`); the runs are "
-             "real workers on the emulated cluster (benchmarks/e2e.py, median ms/step after warm-up). Regret: the "
-             "plan's measured step time over the fastest measured configuration, dense or one compressor on every "
-             "tensor, minus 1 (the issue's target: at most 5%). Negative: the plan beat them all.", "",
+    lines = ["# Espresso's planner and tfcomp.Auto, measured", "", f"Command: `{command}`", "",
+             "Real workers on the emulated cluster (benchmarks/e2e.py), median ms/step (with --repeats, the median "
+             "over the repeats of each run's median). **plan**: the plan "
+             "`python -m tfcomp.analysis plan` makes from the cell's saved profile, run from the first step. "
+             "**Auto**: `compression=tfcomp.Auto()` (default candidates: the singles below), which profiles, plans "
+             "and checks while it trains; its ms/step is the median after it settled (decision, warm-up of the "
+             "new train function and the check), and 'whole run' the median over all its timed steps, profiling "
+             "included. Regret: ms/step over the fastest single configuration measured (dense or one compressor "
+             "on every tensor) minus 1; the targets are Auto within 5% of it and never more than 2% slower than "
+             "dense. Negative: faster than every single configuration.", "",
              "| model | workers | link | dense ms | best single | best ms | plan ms (predicted) | plan uses "
-             "| regret | plan vs dense |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| plan regret | Auto ms (whole run) | Auto chose | Auto regret | Auto vs dense |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        predicted = f" ({r['predicted_ms']:.1f})" if r["predicted_ms"] is not None else ""
-        uses = f"{r['compressed']}/{r['gradients']} gradients: {', '.join(r['choices']) or 'none'}"
+        plan = auto = "| | |"
+        if "plan_ms" in r:
+            predicted = f" ({r['predicted_ms']:.1f})" if r["predicted_ms"] is not None else ""
+            uses = f"{r['compressed']}/{r['gradients']} gradients: {', '.join(r['choices']) or 'none'}"
+            plan = f"| {r['plan_ms']:.1f}{predicted} | {uses} | {r['regret']:+.1%}"
+        if "auto_ms" in r:
+            chose = (f"{r['auto_compressed']} tensors: {', '.join(r['auto_choices'])}" if r["auto_phase"] == "planned"
+                     else "dense")
+            auto = (f"| {r['auto_ms']:.1f} ({r['auto_whole_ms']:.1f}) | {chose} | {r['auto_regret']:+.1%} "
+                    f"| {r['auto_vs_dense']:.2f}x")
+        else:
+            auto = "| | | |"
         lines.append(f"| {r['model']} | {r['workers']} | {r['link']} | {r['dense_ms']:.1f} | {r['best']} "
-                     f"| {r['best_ms']:.1f} | {r['plan_ms']:.1f}{predicted} | {uses} | {r['regret']:+.1%} "
-                     f"| {r['vs_dense']:.2f}x |")
-    if rows:
-        worst = max(rows, key=lambda r: r["regret"])
-        slowest = min(rows, key=lambda r: r["vs_dense"])
-        lines += ["", f"Largest regret: {worst['regret']:+.1%} ({worst['model']}, {worst['link']}); "
-                  f"slowest against dense: {slowest['vs_dense']:.2f}x ({slowest['model']}, {slowest['link']}); "
-                  f"cells where the plan beat every single configuration: {sum(r['regret'] < 0 for r in rows)} "
-                  f"of {len(rows)}.", ""]
+                     f"| {r['best_ms']:.1f} {plan} {auto} |")
+    autos = [r for r in rows if "auto_ms" in r]
+    if autos:
+        worst = max(autos, key=lambda r: r["auto_regret"])
+        slowest = min(autos, key=lambda r: r["auto_vs_dense"])
+        lines += ["", f"Auto: largest regret {worst['auto_regret']:+.1%} ({worst['model']}, {worst['link']}); "
+                  f"slowest against dense {slowest['auto_vs_dense']:.2f}x ({slowest['model']}, {slowest['link']}); "
+                  f"faster than every single configuration in {sum(r['auto_regret'] < 0 for r in autos)} of "
+                  f"{len(autos)} cells.", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -144,12 +193,13 @@ def plot(path, rows):
     labels = [f"{r['model']}\n{r['link']}" for r in rows]
     compressors = sorted({c for r in rows for c in r["singles"] if c != DENSE})
     series = [(c, [r["dense_ms"] / r["singles"][c] if c in r["singles"] else 0 for r in rows]) for c in compressors]
-    series.append(("plan", [r["vs_dense"] for r in rows]))
+    series.append(("plan", [r.get("vs_dense", 0) for r in rows]))
+    series.append(("Auto (settled)", [r.get("auto_vs_dense", 0) for r in rows]))
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
     width = 0.8 / len(series)
     for k, (label, values) in enumerate(series):
         ax.bar([i + k * width for i in range(len(rows))], values, width, label=label,
-               color="black" if label == "plan" else None)
+               color={"plan": "black", "Auto (settled)": "dimgrey"}.get(label))
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], labels, fontsize=8)
     ax.set_ylabel("step speed-up over dense (measured)")
@@ -161,7 +211,8 @@ def plot(path, rows):
 
 
 def write_report(out, command):
-    records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for where in [out, *sorted(out.glob("repeat*"))] if (where / "runs.jsonl").exists()
+               for line in (where / "runs.jsonl").read_text().splitlines() if line.strip()]
     rows = regret_rows(*cells(records, out / "plans"))
     (out / "regret.md").write_text(markdown(rows, command))
     if rows:

@@ -20,7 +20,7 @@ def record_profile(launcher, trace, compressions, path, work_dir, name, link_pro
         raise RuntimeError(f"no Timeline trace of the dense run at {trace}: record one to predict from it")
     path.parent.mkdir(parents=True, exist_ok=True)
     specs = [compression_specs.explicit(c) for c in compressions
-             if c != DENSE and not compression_specs.is_plan(c)]
+             if c not in (DENSE, compression_specs.AUTO) and not compression_specs.is_plan(c)]
     args = [f"--timeline={trace}", f"--compressors={','.join(specs)}", f"--output={path}", f"--name={name}"]
     if link_probe:
         args.append(f"--link_probe={link_probe}")
@@ -35,6 +35,8 @@ def predicted_step_ms(profile_path, engine, workers, compression):
     gradient ready when the backward pass ends, as model.fit hands them over): tfcomp's
     buckets, Horovod's cycle for Horovod's own dense allreduce. None for a compressor the
     profile lacks; a plan ('plan:PATH') is replayed gradient by gradient."""
+    if compression == compression_specs.AUTO:
+        return None  # it decides while it runs
     profile = Profile.load(profile_path)
     if compression_specs.is_plan(compression):
         with open(compression_specs.plan_path(compression), encoding="utf-8") as f:

@@ -164,24 +164,29 @@ def check_ok(codes, logs, expected=0):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the slow link is a network namespace shaped with tc: needs root")
-def test_auto_keeps_a_faster_plan_switching_once_and_a_resumed_run_keeps_it(tmp_path):
-    args = ["--hidden=1024", f"--steps={STEPS}", f"--backup_dir={tmp_path / 'backup'}"]
+def test_auto_keeps_the_fastest_measured_trial_and_a_resumed_run_keeps_it(tmp_path):
+    """Profiling ends at step 8; three trials (the plan, then the two single compressors
+    predicted fastest) run 6 steps each; the fastest measured is kept by step 26, backed
+    up at step 32; the run stops at 36 and resumes from the backup."""
+    args = ["--hidden=1024", "--steps=48", f"--backup_dir={tmp_path / 'backup'}"]
     with emulated_link(SLOW_LINK) as prefix:
-        codes, logs, _ = run_workers("tests.auto_worker", 2, [*args, "--interrupt_at=20"], tmp_path / "first",
+        codes, logs, _ = run_workers("tests.auto_worker", 2, [*args, "--interrupt_at=36"], tmp_path / "first",
                                      prefix=prefix)
         check_ok(codes, logs, expected=3)
-        for log in logs:  # planned at step 8, checked over steps 11-14, kept; backed up at step 16
-            assert "tfcomp.Auto: keeping the plan" in log, log[-4000:]
+        for log in logs:
+            assert "tfcomp.Auto: keeping" in log, log[-4000:]
         codes, logs, resumed = run_workers("tests.auto_worker", 2, args, tmp_path / "resumed", prefix=prefix)
         check_ok(codes, logs)
-    for r in resumed:  # the checkpoint's decision taken up: no profiling, no check, no switch
+    for r in resumed:  # the checkpoint's decision taken up: no profiling, no trials, no switch
         (decision,) = r["history"]
         assert decision["restored"] and decision["phase"] == PLANNED
-        assert decision["plan_ms"] < decision["dense_ms"], decision
+        trials = decision["trials"]
+        assert [t["label"] for t in trials][0] == "plan" and len(trials) == 3, trials
+        assert decision["plan_ms"] == min(t["ms"] for t in trials) < decision["dense_ms"], decision
         assert r["traces"] <= 2, r["traces"]  # Keras' first call of a train function (profiling adds a third)
+        assert r["step"] == 48
     assert resumed[0]["choices"] and all(r["choices"] == resumed[0]["choices"] for r in resumed)
-    assert all(r["phase"] == PLANNED and r["step"] == STEPS for r in resumed)
-    assert resumed[0]["payload_bytes"] < resumed[0]["dense_bytes"] / 4
+    assert resumed[0]["payload_bytes"] < resumed[0]["dense_bytes"] / 2
     assert_identical_weights(resumed)
 
 

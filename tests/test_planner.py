@@ -269,3 +269,24 @@ def _profile(model, gbit=10, gpu=False):
     if gpu:
         compressors["Sign@gpu"] = CompressorProfile("Sign@gpu", linear(1e-11, 2e-6), linear(1e-11, 2e-6), payload)
     return Profile(model, Link.from_gbit(gbit, 2e-5), Link.from_gbit(gbit, 2e-5), SizeTable.zero(), compressors)
+
+
+def test_a_saved_plan_replays_to_the_step_time_the_planner_predicted(tmp_path):
+    """benchmarks.prediction replays a saved plan through simulate_profile(strategy=...):
+    the whole simulation agrees with the planner's incremental replay."""
+    from benchmarks import compression_specs, prediction  # pylint: disable=import-outside-toplevel
+    profile_path = tmp_path / "profile.json"
+    profile = synthetic_profile()
+    profile.save(profile_path)
+    for workers in (4, 64):
+        result = planner.plan(profile, workers)
+        plan_path = tmp_path / f"plan-{workers}.json"
+        plan_path.write_text(json.dumps(result.to_dict()))
+        spec = compression_specs.for_cluster("plan:" + str(tmp_path / "plan-{workers}.json"), "synthetic", workers,
+                                             "unlimited")
+        assert spec == f"plan:{plan_path}"
+        predicted = prediction.predicted_step_ms(profile_path, "tf.distribute", workers, spec)
+        assert predicted == pytest.approx(1e3 * result.iteration_s, rel=1e-9)
+    with pytest.raises(ValueError, match="may name {model}, {workers} and {link} only"):
+        compression_specs.for_cluster("plan:{nodes}.json", "m", 2, "1gbit")
+    assert compression_specs.for_cluster("DGC", "m", 2, "1gbit") == "DGC"

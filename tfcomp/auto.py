@@ -9,10 +9,11 @@ plan itself (Espresso, seed-notes.md 5), and keeps it only while it is faster th
 The training runs dense first. Its callback (tfcomp.auto_callback) times dense steps,
 records a few with the Timeline, probes the link with the engine's collectives,
 times every candidate's encode and decode on the model's gradients, averages all of
-it over the workers, plans with tfcomp.analysis.planner, and switches the exchange to
-the plan at a step boundary (the train function is traced once more). It then times
-the plan's steps; where they are slower than the dense steps were, it switches back
-to dense for good and says why. With replan_every, a plan whose step time drifts
+it over the workers and plans with tfcomp.analysis.planner. Predictions can be
+10-40% off, so it then measures: the plan and the single candidates predicted
+fastest run a few steps each (the train function traced once per switch), and the
+fastest measured is kept; where all were slower than the dense steps, it switches
+back to dense for good and says why. With replan_every, a plan whose step time drifts
 from what it measured at first is profiled and planned afresh.
 
 The decision is saved with the optimizer's checkpoints (an AutoRecord), so a resumed
@@ -50,7 +51,11 @@ class Auto:
         timeline_steps more after them.
     warmup_steps: steps left untimed after each switch of the train function
         (tracing, allocator warm-up), and at the start.
-    check_steps: the plan's steps timed before it is kept (default profile_steps).
+    check_steps: the steps each trial is timed for (default profile_steps).
+    trials: how many configurations are measured before one is kept: the plan, then
+        the single candidates predicted fastest (each only if predicted faster than
+        dense and not sent as one already measured is). The fastest measured is kept,
+        or dense where every one measured slower than the dense steps.
     replan_every: None, or every this many steps compare the plan's step time with
         what it measured at first, and profile and plan again where it moved by more
         than drift (a fraction).
@@ -59,7 +64,7 @@ class Auto:
     """
 
     def __init__(self, candidates=None, network=None, profile_steps=20, warmup_steps=5, timeline_steps=5,
-                 check_steps=None, replan_every=None, drift=0.25, probe_max_bytes=4 << 20, runs=5):
+                 check_steps=None, trials=3, replan_every=None, drift=0.25, probe_max_bytes=4 << 20, runs=5):
         candidates = default_candidates() if candidates is None else tuple(candidates)
         compressors = []
         for c in candidates:
@@ -75,7 +80,7 @@ class Auto:
         if network is not None and not isinstance(network, Network):
             raise ValueError(f"Auto: network must be None (measure the link) or a tfcomp.Network, got {network!r}")
         for name, value, least in (("profile_steps", profile_steps, 1), ("warmup_steps", warmup_steps, 1),
-                                   ("timeline_steps", timeline_steps, 1), ("runs", runs, 1)):
+                                   ("timeline_steps", timeline_steps, 1), ("trials", trials, 1), ("runs", runs, 1)):
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"Auto: {name} must be an integer >= {least}, got {value!r}")
         check_steps = profile_steps if check_steps is None else check_steps
@@ -87,7 +92,7 @@ class Auto:
             raise ValueError(f"Auto: drift must be > 0, got {drift!r}")
         self.network = network
         self.profile_steps, self.warmup_steps, self.timeline_steps = profile_steps, warmup_steps, timeline_steps
-        self.check_steps, self.replan_every, self.drift = check_steps, replan_every, drift
+        self.check_steps, self.trials, self.replan_every, self.drift = check_steps, trials, replan_every, drift
         self.probe_max_bytes, self.runs = probe_max_bytes, runs
         self.phase = PROFILING
         self.choices = {}  # tensor name -> candidate label, for the tensors the plan compresses
@@ -102,7 +107,7 @@ class Auto:
         return {"name": "Auto", "candidates": [c.config() for c in self.candidates.values()],
                 "network": None if self.network is None else [self.network.bandwidth_gbps, self.network.latency_us],
                 "profile_steps": self.profile_steps, "warmup_steps": self.warmup_steps,
-                "timeline_steps": self.timeline_steps, "check_steps": self.check_steps,
+                "timeline_steps": self.timeline_steps, "check_steps": self.check_steps, "trials": self.trials,
                 "replan_every": self.replan_every, "drift": self.drift}
 
     def __repr__(self):

@@ -29,6 +29,10 @@ class AutoCallback(tf.keras.callbacks.Callback):
         self._start = True  # what to do is decided at the first step, after every restore
         self._last_end = None
         self._codecs = {}  # candidate label -> CompressorProfile, measured once
+        self._decision = {}  # what profiling measured and predicted, for every trial's record
+        self._gradients = []  # (name, shape, dtype) in the profile's order
+        self._pending = []  # trials still to measure: (label, choices, predicted seconds)
+        self._measured = []  # trials measured: {"label", "choices", "ms", "predicted_ms"}
 
     # ---- Keras
 
@@ -39,6 +43,9 @@ class AutoCallback(tf.keras.callbacks.Callback):
                              "pass it there, and its callback() to model.fit")
         auto.attach(self.model.optimizer)  # a BackupAndRestore restore fills the record before the first step
         self._start, self._last_end = True, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._last_end = None  # the gap since the last batch holds the epoch's end (validation, callbacks)
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._start:
@@ -132,22 +139,54 @@ class AutoCallback(tf.keras.callbacks.Callback):
                     "predicted_ms": 1e3 * result.iteration_s, "predicted_dense_ms": 1e3 * result.dense_s,
                     "profiling_s": time.perf_counter() - started, "traces": auto.exchange.traces,
                     "link_gbps": 8e-9 * profile.allreduce.bandwidth_bytes_per_s}
-        if not choices or result.iteration_s >= result.dense_s:
-            auto.decide(DENSE, reason="the planner found no plan faster than dense", **decision)
-            logging.info("tfcomp.Auto: staying dense: no plan is predicted faster (dense %.1f ms/step measured)",
+        trials = self._trials(result, gradients)
+        if not trials:
+            auto.decide(DENSE, reason="the planner found nothing predicted faster than dense", **decision)
+            logging.info("tfcomp.Auto: staying dense: nothing is predicted faster (dense %.1f ms/step measured)",
                          1e3 * dense_s)
             return
-        auto.decide(PLANNED, choices, **decision)
+        self._gradients = gradients
+        self._pending = trials
+        self._measured = []
+        logging.info("tfcomp.Auto at step %d: dense measured %.1f ms/step (predicted %.1f); measuring %s, "
+                     "%d steps each", decision["step"], decision["dense_ms"], decision["predicted_dense_ms"],
+                     ", ".join(f"{label} (predicted {1e3 * s:.1f} ms)" for label, _, s in trials), auto.check_steps)
+        self._decision = decision
+        self._next_trial()
+
+    def _trials(self, result, gradients):
+        """[(label, choices, predicted seconds)] to measure, fastest predicted first: the plan
+        and the single candidates predicted faster than dense, each only once as the exchange
+        would run it, at most auto.trials of them."""
+        options = [("plan", {n: c for n, c in result.choices.items() if c is not None}, result.iteration_s)]
+        options += sorted(((label, {name: label for name, _, _ in gradients}, seconds)
+                           for label, seconds in result.singles.items()), key=lambda option: option[2])
+        trials, seen = [], set()
+        for label, choices, seconds in options:
+            runs = self._runs_as(choices, gradients)
+            if seconds >= result.dense_s or not choices or runs in seen:
+                continue
+            seen.add(runs)
+            trials.append((label, choices, seconds))
+        return trials[:self.auto.trials]
+
+    def _runs_as(self, choices, gradients):
+        """What the exchange would send each tensor with, under these choices (as text)."""
+        from tfcomp.exchange import Exchange  # pylint: disable=import-outside-toplevel
+        from tfcomp.plan import Plan  # pylint: disable=import-outside-toplevel
+        plan = Plan({name: self.auto.candidates[label] for name, label in choices.items()})
+        exchange = Exchange(plan, min_compress_elements=self.auto.exchange.min_compress_elements)
+        return json.dumps(exchange.choices([(s, d) for _, s, d in gradients], [n for n, _, _ in gradients]),
+                          sort_keys=True, default=str)
+
+    def _next_trial(self):
+        auto = self.auto
+        label, choices, seconds = self._pending.pop(0)
+        auto.decide(PLANNED, choices, trial=label, **dict(self._decision, predicted_ms=1e3 * seconds))
         self._retrace()
-        self._check = {"n": 0, "times": []}
-        counts = {}
-        for label in choices.values():
-            counts[label] = counts.get(label, 0) + 1
-        logging.info("tfcomp.Auto at step %d: %d of %d tensors compressed (%s); predicted %.1f ms/step against "
-                     "dense %.1f ms predicted, %.1f ms measured; checking it over %d steps\n%s", decision["step"],
-                     len(choices), len(gradients), ", ".join(f"{n} {label}" for label, n in counts.items()),
-                     decision["predicted_ms"], decision["predicted_dense_ms"], decision["dense_ms"], auto.check_steps,
-                     self._table(gradients))
+        self._check = {"n": 0, "times": [], "label": label, "predicted_ms": 1e3 * seconds}
+        logging.info("tfcomp.Auto: measuring %s (%d tensors compressed) over %d steps\n%s", label, len(choices),
+                     auto.check_steps, self._table(self._gradients))
 
     def _table(self, gradients):
         exchange = self.auto.exchange
@@ -179,21 +218,33 @@ class AutoCallback(tf.keras.callbacks.Callback):
     def _finish_check(self):
         auto = self.auto
         check, self._check = self._check, None
-        plan_s = auto.workers.mean([statistics.median(check["times"])])[0]
-        dense_s = auto.decision["dense_ms"] / 1e3
-        if plan_s > dense_s:
-            reason = (f"the plan measured {1e3 * plan_s:.1f} ms/step, slower than the {1e3 * dense_s:.1f} ms "
-                      f"dense steps measured before it")
-            logging.warning("tfcomp.Auto: back to dense for good: %s (predicted %.1f ms)", reason,
-                            auto.decision["predicted_ms"])
-            auto.decide(DENSE, reason=reason, plan_ms=1e3 * plan_s, **_without(auto.decision, "plan_ms", "reason"))
+        measured_s = auto.workers.mean([statistics.median(check["times"])])[0]
+        self._measured.append({"label": check.get("label", "plan"), "choices": dict(auto.choices),
+                               "ms": 1e3 * measured_s, "predicted_ms": auto.decision.get("predicted_ms")})
+        if self._pending:
+            self._next_trial()
+            return
+        dense_ms = auto.decision["dense_ms"]
+        trials = [{k: v for k, v in t.items() if k != "choices"} for t in self._measured]
+        best = min(self._measured, key=lambda t: t["ms"])
+        self._measured = []
+        decision = {k: v for k, v in auto.decision.items() if k not in ("plan_ms", "reason", "trial")}
+        decision.update(trials=trials, predicted_ms=best["predicted_ms"])
+        if best["ms"] > dense_ms:
+            measured = ", ".join("{} measured {:.1f} ms/step".format(t["label"], t["ms"]) for t in trials)
+            reason = f"{measured}: slower than the {dense_ms:.1f} ms dense steps measured before"
+            logging.warning("tfcomp.Auto: back to dense for good: %s", reason)
+            auto.decide(DENSE, reason=reason, plan_ms=best["ms"], **decision)
             self._retrace()
             return
-        auto.decision["plan_ms"] = 1e3 * plan_s
-        auto.history[-1]["plan_ms"] = 1e3 * plan_s
+        switch = best["choices"] != auto.choices
+        auto.decide(PLANNED, best["choices"], trial=best["label"], plan_ms=best["ms"], **decision)
+        if switch:
+            self._retrace()
         self._window = []
-        logging.info("tfcomp.Auto: keeping the plan: %.1f ms/step measured against dense's %.1f ms (%.2fx)",
-                     1e3 * plan_s, 1e3 * dense_s, dense_s / plan_s)
+        logging.info("tfcomp.Auto: keeping %s: %.1f ms/step measured against dense's %.1f ms (%.2fx)%s",
+                     best["label"], best["ms"], dense_ms, dense_ms / best["ms"],
+                     "; switched back to it" if switch else "")
 
     def _watch_drift(self):
         auto = self.auto
