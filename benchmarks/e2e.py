@@ -187,6 +187,7 @@ def main(argv):
                         work_dir / f"{model}-{re.sub(r'[^A-Za-z0-9_.=-]', '_', compression)}")
                     record.update(result or {}, status="ok" if ok else "failed", error=log or None,
                                   wall_s=time.monotonic() - started, command=_command())
+                    record.update(compression=compression, runs_with=runs_with)  # the grid's spec names the run
                     record["link_worker0"] = launcher.link_stats(before)
                     if FLAGS.predict and ok:
                         if compression == "none":

@@ -22,7 +22,7 @@ PHASES = ("forward_backward", "compress", "communicate", "decompress", "apply")
 UNSHAPED_GBPS = 8.0  # what an unshaped veth carried between two workers here (measured 8.3 Gbit/s)
 
 
-def label(compression):
+def run_label(compression):
     """A run's compression as plots name it: a plan file ('plan:PATH') is "plan"."""
     return "plan" if compression.startswith("plan:") else compression
 
@@ -183,7 +183,7 @@ def plot_speedups(path, runs, target, title):
             if not points:
                 continue
             points.sort()
-            line, = ax.plot([b for b, _ in points], [s for _, s in points], marker="o", label=label(compression))
+            line, = ax.plot([b for b, _ in points], [s for _, s in points], marker="o", label=run_label(compression))
             cross = crossover(points)
             if cross:
                 ax.axvline(cross, color=line.get_color(), linestyle=":", linewidth=1)
@@ -210,7 +210,8 @@ def plot_phases(path, runs, title):
             heights = [1e3 * r["phases_s"].get(phase, 0.0) for r in here]
             ax.bar(range(len(here)), heights, bottom=bottoms, label=phase)
             bottoms = [b + h for b, h in zip(bottoms, heights)]
-        ax.set_xticks(range(len(here)), [label(r["compression"]) for r in here], rotation=45, ha="right", fontsize=8)
+        ax.set_xticks(range(len(here)), [run_label(r["compression"]) for r in here], rotation=45, ha="right",
+                      fontsize=8)
         ax.set_title(link)
         ax.set_ylabel("ms per step (median of the Timeline's steps)")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -227,7 +228,8 @@ def plot_accuracy(path, runs, target, title):
     fig, axes = plt.subplots(1, len(links), figsize=(4.5 * len(links), 4), squeeze=False)
     for ax, link in zip(axes[0], links):
         for r in (r for r in runs if r["link"] == link and r["status"] == "ok"):
-            ax.plot([s for s, _, _ in r["curve"]], [a for _, _, a in r["curve"]], marker=".", label=label(r["compression"]))
+            ax.plot([s for s, _, _ in r["curve"]], [a for _, _, a in r["curve"]], marker=".",
+                    label=run_label(r["compression"]))
         if target is not None:
             ax.axhline(target, color="black", linestyle="--", linewidth=0.8)
         ax.set_title(link)

@@ -101,18 +101,13 @@ def main(argv):
 
 def auto_result(auto, times):
     """tfcomp.Auto's decisions, and the median step time once it settled: after its last
-    decision, the steps that warm up the new train function and, for a plan, its check."""
-    decision = auto.history[-1] if auto.history else None
-    settled = None
-    if decision is not None:
-        settled = decision["step"]  # decided dense outright: nothing retraced
-        if decision["phase"] == "planned" or "plan_ms" in decision:  # switched, and checked the plan
-            settled += auto.warmup_steps + auto.check_steps
-        if decision["phase"] == "dense" and "plan_ms" in decision:  # and switched back
-            settled += auto.warmup_steps
+    decision and the warm-up of the train function it then runs."""
+    decision = auto.history[-1] if auto.history else {}
+    settled = decision.get("settled_step")  # none while it profiles or measures
     after = times[settled:] if settled is not None else []
-    return {"auto": {"phase": auto.phase, "compressed": len(auto.choices), "choices": sorted(set(auto.choices.values())),
-                     "history": auto.history, "settled_from_step": settled},
+    return {"auto": {"phase": auto.phase, "compressed": len(auto.choices),
+                     "choices": sorted(set(auto.choices.values())), "history": auto.history,
+                     "settled_from_step": settled},
             "settled_step_ms": 1e3 * statistics.median(after) if after else None}
 
 

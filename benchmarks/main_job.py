@@ -33,10 +33,11 @@ flags.DEFINE_integer("workers", 2, "Worker processes.", lower_bound=2)
 flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"],
                   "tf.distribute: MultiWorkerMirroredStrategy ('none' is tf.distribute's own); horovod: "
                   "Horovod ranks over Gloo ('none' is hvd.DistributedOptimizer).")
-flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "DRAGONN", "ACPSGD", "auto"],
-                  "'none' is the engine's own dense allreduce; 'auto' is tfcomp.Auto() (it profiles and plans "
-                  "in the first, untimed epoch); any tfcomp compressor name (SignSGD, TopK, RandomK, PowerSGD, "
-                  "...), optionally with knobs ('DGC:ratio=0.001'), can be added.")
+flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "DRAGONN", "ACPSGD"],
+                  "'none' is the engine's own dense allreduce; any tfcomp compressor name (SignSGD, TopK, "
+                  "RandomK, PowerSGD, ...), optionally with knobs ('DGC:ratio=0.001'), can be added, and 'auto' "
+                  "(tfcomp.Auto(); it settles by about step 110, so give it --epochs and --steps_per_epoch to "
+                  "match: its profiling and trials count in the timed epochs).")
 flags.DEFINE_float("loopback_gbps", 4.0, "What unshaped loopback carries between two Python processes "
                    "(measured 3.5-4.3 Gbit/s); tensor selection plans for it.")
 flags.DEFINE_integer("epochs", 4, "Training epochs per run (at least 2: the first, which traces, is not timed).",

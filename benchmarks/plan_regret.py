@@ -40,8 +40,9 @@ flags.DEFINE_string("profiles", "benchmarks/results/e2e/validation-small/profile
                     "Directory of saved profiles named ENGINE-<workers>w-<link>-<model>.json (what "
                     "benchmarks.e2e --predict records).")
 flags.DEFINE_string("engine", "tf.distribute", "The engine the profiles were recorded with, and the runs use.")
-flags.DEFINE_integer("steps", 100, "Training steps per run (Auto decides by step 30 and has checked its plan "
-                     "by step 55).", lower_bound=2)
+flags.DEFINE_integer("steps", 100, "Training steps of each dense, single-compressor and plan run.", lower_bound=2)
+flags.DEFINE_integer("auto_steps", 150, "Training steps of each Auto run: with its defaults it decides at step 30 "
+                     "and has measured its three trials and settled by step 110.", lower_bound=2)
 flags.DEFINE_integer("warmup", 10, "Steps not timed.", lower_bound=1)
 flags.DEFINE_integer("repeats", 1, "Run the grid this many times (the first in OUTPUT, the others in "
                      "OUTPUT/repeat<k>) and report each configuration's median over them: on a shared machine one "
@@ -88,13 +89,14 @@ def run_grid(out):
 
 
 def run_grid_once(out, where):
-    command = [sys.executable, "-m", "benchmarks.e2e", f"--models={','.join(FLAGS.models)}", f"--size={FLAGS.size}",
-               f"--engines={FLAGS.engine}", f"--workers={','.join(FLAGS.workers)}", f"--links={','.join(FLAGS.links)}",
-               f"--compressors={','.join([DENSE, *FLAGS.compressors, plan_spec(out), AUTO])}", f"--steps={FLAGS.steps}",
-               f"--warmup={FLAGS.warmup}", "--timeline_steps=5", f"--eval_every={FLAGS.steps + 1}",
-               f"--output={where}"]
-    print(" ".join(command[1:]), flush=True)
-    subprocess.run(command, check=True)
+    """The grid's dense, single-compressor and plan runs, then its Auto runs (longer)."""
+    common = [sys.executable, "-m", "benchmarks.e2e", f"--models={','.join(FLAGS.models)}", f"--size={FLAGS.size}",
+              f"--engines={FLAGS.engine}", f"--workers={','.join(FLAGS.workers)}", f"--links={','.join(FLAGS.links)}",
+              f"--warmup={FLAGS.warmup}", "--timeline_steps=5", f"--output={where}"]
+    for compressors, steps in (([DENSE, *FLAGS.compressors, plan_spec(out)], FLAGS.steps), ([AUTO], FLAGS.auto_steps)):
+        command = [*common, f"--compressors={','.join(compressors)}", f"--steps={steps}", f"--eval_every={steps + 1}"]
+        print(" ".join(command[1:]), flush=True)
+        subprocess.run(command, check=True)
 
 
 def cells(records, plans_dir):
@@ -107,7 +109,7 @@ def cells(records, plans_dir):
     out = {}
     for key, by_compression in runs.items():
         for compression, repeats in by_compression.items():
-            merged = dict(repeats[0], repeats=len(repeats))
+            merged = dict(repeats[0], repeats=len(repeats), autos=[r["auto"] for r in repeats if r.get("auto")])
             for field in ("step_ms", "settled_step_ms"):
                 values = [r[field] for r in repeats if r.get(field) is not None]
                 merged[field] = statistics.median(values) if values else None
@@ -140,13 +142,19 @@ def regret_rows(measured, plans):
                        choices=sorted({c for c in choices.values() if c is not None}),
                        regret=plan["step_ms"] / singles[best] - 1, vs_dense=dense_ms / plan["step_ms"])
         if auto is not None and auto.get("settled_step_ms"):
-            decided = auto["auto"]
-            row.update(auto_ms=auto["settled_step_ms"], auto_whole_ms=auto["step_ms"], auto_phase=decided["phase"],
-                       auto_choices=decided["choices"], auto_compressed=decided["compressed"],
+            row.update(auto_ms=auto["settled_step_ms"], auto_whole_ms=auto["step_ms"],
+                       auto_chose=[_chose(decided) for decided in auto["autos"]],
                        auto_regret=auto["settled_step_ms"] / singles[best] - 1,
                        auto_vs_dense=dense_ms / auto["settled_step_ms"])
         rows.append(row)
     return rows
+
+
+def _chose(decided):
+    """What one Auto run kept: 'dense', or its compressors (and on how many tensors)."""
+    if decided["phase"] != "planned":
+        return "dense"
+    return f"{', '.join(c.split('(')[0] for c in decided['choices'])} ({decided['compressed']} tensors)"
 
 
 def markdown(rows, command):
@@ -155,13 +163,14 @@ def markdown(rows, command):
              "over the repeats of each run's median). **plan**: the plan "
              "`python -m tfcomp.analysis plan` makes from the cell's saved profile, run from the first step. "
              "**Auto**: `compression=tfcomp.Auto()` (default candidates: the singles below), which profiles, plans "
-             "and checks while it trains; its ms/step is the median after it settled (decision, warm-up of the "
-             "new train function and the check), and 'whole run' the median over all its timed steps, profiling "
-             "included. Regret: ms/step over the fastest single configuration measured (dense or one compressor "
+             "and measures its trials (the plan and the single candidates predicted fastest) while it trains; its "
+             "ms/step is the median after it settled (decision, trials, warm-up of the train function it kept), and "
+             "'whole run' the median over all its timed steps, profiling and trials included. Regret: ms/step "
+             "over the fastest single configuration measured (dense or one compressor "
              "on every tensor) minus 1; the targets are Auto within 5% of it and never more than 2% slower than "
              "dense. Negative: faster than every single configuration.", "",
              "| model | workers | link | dense ms | best single | best ms | plan ms (predicted) | plan uses "
-             "| plan regret | Auto ms (whole run) | Auto chose | Auto regret | Auto vs dense |",
+             "| plan regret | Auto ms (whole run) | Auto kept, each repeat | Auto regret | Auto vs dense |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         plan = auto = "| | |"
@@ -170,9 +179,8 @@ def markdown(rows, command):
             uses = f"{r['compressed']}/{r['gradients']} gradients: {', '.join(r['choices']) or 'none'}"
             plan = f"| {r['plan_ms']:.1f}{predicted} | {uses} | {r['regret']:+.1%}"
         if "auto_ms" in r:
-            chose = (f"{r['auto_compressed']} tensors: {', '.join(r['auto_choices'])}" if r["auto_phase"] == "planned"
-                     else "dense")
-            auto = (f"| {r['auto_ms']:.1f} ({r['auto_whole_ms']:.1f}) | {chose} | {r['auto_regret']:+.1%} "
+            auto = (f"| {r['auto_ms']:.1f} ({r['auto_whole_ms']:.1f}) | {' / '.join(r['auto_chose'])} "
+                    f"| {r['auto_regret']:+.1%} "
                     f"| {r['auto_vs_dense']:.2f}x")
         else:
             auto = "| | | |"

@@ -45,7 +45,8 @@ def make_auto():
     network = tfcomp.Network(FLAGS.network_gbps, 50.0) if FLAGS.network_gbps else None
     candidates = [SlowFP16()] if FLAGS.slow_candidate else None
     return tfcomp.Auto(candidates, network=network, profile_steps=4, warmup_steps=2, timeline_steps=2,
-                       check_steps=4, trials=FLAGS.trials, replan_every=FLAGS.replan_every, probe_max_bytes=256 << 10, runs=3)
+                       check_steps=4, trials=FLAGS.trials, replan_every=FLAGS.replan_every,
+                       probe_max_bytes=256 << 10, runs=3)
 
 
 def main(argv):

@@ -3,6 +3,7 @@ profile every worker plans from, and the whole loop (profile, plan, switch, chec
 fall back, resume) with real workers of both engines."""
 import dataclasses
 import os
+import types
 
 import numpy as np
 import pytest
@@ -217,3 +218,23 @@ def assert_fell_back(results):
         {k: v for k, v in a.items() if k != "profiling_s"} == {k: v for k, v in b.items() if k != "profiling_s"}
         for a, b in zip(results[0]["history"], results[1]["history"]))
     assert_identical_weights(results)
+
+
+def test_trials_are_the_plan_then_the_fastest_predicted_singles_each_run_once():
+    power, sign, fp16, topk = "PowerSGD(matrix_approximation_rank=2)", "EFSignSGD()", "FP16()", "TopK(ratio=0.1)"
+    auto = tfcomp.Auto([tfcomp.PowerSGD(2), tfcomp.EFSignSGD(), tfcomp.FP16(), tfcomp.TopK(0.1)], trials=3)
+    Exchange(auto)
+    callback = auto.callback()
+    gradients = [("big", (64, 64), tf.float32), ("bias", (64,), tf.float32), ("small", (16, 16), tf.float32)]
+    # PowerSGD on every tensor is sent as the plan is (the bias and the small kernel go dense either way);
+    # FP16 is predicted slower than dense.
+    result = types.SimpleNamespace(choices={"big": power, "bias": None, "small": sign}, iteration_s=0.010,
+                                   dense_s=0.050, singles={power: 0.011, sign: 0.020, fp16: 0.060, topk: 0.030})
+    trials = callback._trials(result, gradients)  # pylint: disable=protected-access
+    assert [(label, seconds) for label, _, seconds in trials] == [("plan", 0.010), (sign, 0.020), (topk, 0.030)]
+    assert trials[1][1] == {"big": sign, "bias": sign, "small": sign}
+    auto.trials = 1
+    assert [label for label, _, _ in callback._trials(result, gradients)] == ["plan"]  # pylint: disable=protected-access
+    nothing = types.SimpleNamespace(choices={"big": None, "bias": None, "small": None}, iteration_s=0.05, dense_s=0.05,
+                                    singles={power: 0.06, sign: 0.07, fp16: 0.08, topk: 0.09})
+    assert callback._trials(nothing, gradients) == []  # pylint: disable=protected-access

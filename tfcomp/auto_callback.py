@@ -141,7 +141,8 @@ class AutoCallback(tf.keras.callbacks.Callback):
                     "link_gbps": 8e-9 * profile.allreduce.bandwidth_bytes_per_s}
         trials = self._trials(result, gradients)
         if not trials:
-            auto.decide(DENSE, reason="the planner found nothing predicted faster than dense", **decision)
+            auto.decide(DENSE, reason="the planner found nothing predicted faster than dense",
+                        settled_step=decision["step"], **decision)
             logging.info("tfcomp.Auto: staying dense: nothing is predicted faster (dense %.1f ms/step measured)",
                          1e3 * dense_s)
             return
@@ -228,17 +229,19 @@ class AutoCallback(tf.keras.callbacks.Callback):
         trials = [{k: v for k, v in t.items() if k != "choices"} for t in self._measured]
         best = min(self._measured, key=lambda t: t["ms"])
         self._measured = []
-        decision = {k: v for k, v in auto.decision.items() if k not in ("plan_ms", "reason", "trial")}
+        decision = {k: v for k, v in auto.decision.items() if k not in ("plan_ms", "reason", "trial", "settled_step")}
         decision.update(trials=trials, predicted_ms=best["predicted_ms"])
+        now = int(self.model.optimizer.iterations.numpy())
         if best["ms"] > dense_ms:
             measured = ", ".join("{} measured {:.1f} ms/step".format(t["label"], t["ms"]) for t in trials)
             reason = f"{measured}: slower than the {dense_ms:.1f} ms dense steps measured before"
             logging.warning("tfcomp.Auto: back to dense for good: %s", reason)
-            auto.decide(DENSE, reason=reason, plan_ms=best["ms"], **decision)
+            auto.decide(DENSE, reason=reason, plan_ms=best["ms"], settled_step=now + auto.warmup_steps, **decision)
             self._retrace()
             return
         switch = best["choices"] != auto.choices
-        auto.decide(PLANNED, best["choices"], trial=best["label"], plan_ms=best["ms"], **decision)
+        auto.decide(PLANNED, best["choices"], trial=best["label"], plan_ms=best["ms"],
+                    settled_step=now + (auto.warmup_steps if switch else 0), **decision)
         if switch:
             self._retrace()
         self._window = []
