@@ -27,7 +27,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
         self._check = None  # the check of a new plan in progress: {"n", "times"}
         self._window = []  # the kept plan's recent step times (replan_every)
         self._start = True  # what to do is decided at the first step, after every restore
-        self._last_end = None
+        self._began = None  # when this step began (each step is timed from batch begin to end)
         self._codecs = {}  # candidate label -> CompressorProfile, measured once
         self._decision = {}  # what profiling measured and predicted, for every trial's record
         self._gradients = []  # (name, shape, dtype) in the profile's order
@@ -42,10 +42,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
             raise ValueError("this tfcomp.Auto is not the compression= of a tfcomp strategy or Horovod optimizer: "
                              "pass it there, and its callback() to model.fit")
         auto.attach(self.model.optimizer)  # a BackupAndRestore restore fills the record before the first step
-        self._start, self._last_end = True, None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._last_end = None  # the gap since the last batch holds the epoch's end (validation, callbacks)
+        self._start = True
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._start:
@@ -56,11 +53,11 @@ class AutoCallback(tf.keras.callbacks.Callback):
                 self._check = {"n": 0, "times": []}  # resumed before the plan was checked
         if self._cycle is not None:
             self._cycle["timeline"].on_train_batch_begin(batch)
+        self._began = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
-        now = time.perf_counter()
-        duration = None if self._last_end is None else now - self._last_end
-        self._last_end = now
+        duration = None if self._began is None else time.perf_counter() - self._began
+        self._began = None
         auto = self.auto
         if self._cycle is not None:
             cycle = self._cycle
@@ -70,7 +67,6 @@ class AutoCallback(tf.keras.callbacks.Callback):
                 cycle["dense"].append(duration)
             if cycle["n"] == auto.warmup_steps + auto.profile_steps + auto.timeline_steps:
                 self._plan()
-                self._last_end = time.perf_counter()
         elif self._check is not None:
             self._check["n"] += 1
             if self._check["n"] > auto.warmup_steps and duration is not None:
