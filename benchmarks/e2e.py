@@ -139,6 +139,9 @@ def main(argv):
         except ValueError as err:
             raise app.UsageError(f"--links: {err}") from err
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cleans up as Ctrl-C does
+    # Started as a background job (`cmd &` in a script), a process inherits SIGINT ignored and
+    # Python then installs no KeyboardInterrupt: a SIGINT must still stop the grid and clean up.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out = pathlib.Path(FLAGS.output)
     out.mkdir(parents=True, exist_ok=True)
     runs_path = out / "runs.jsonl"
