@@ -28,7 +28,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
         self._window = []  # the kept plan's recent step times (replan_every)
         self._start = True  # what to do is decided at the first step, after every restore
         self._began = None  # when this step began (each step is timed from batch begin to end)
-        self._codecs = {}  # candidate label -> CompressorProfile, measured once
+        self._codecs = {}  # candidate label -> CompressorProfile, measured once (measure.profile fills it)
         self._decision = {}  # what profiling measured and predicted, for every trial's record
         self._gradients = []  # (name, shape, dtype) in the profile's order
         self._pending = []  # trials still to measure: (label, choices, predicted seconds)
@@ -105,9 +105,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
 
     def _plan(self):
         # pylint: disable=import-outside-toplevel
-        from tfcomp.analysis import from_timeline, planner
-        from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE
-        from tfcomp.analysis.profile import Profile
+        from tfcomp.analysis import from_timeline, measure, planner
         auto, workers = self.auto, self.auto.workers
         cycle, self._cycle = self._cycle, None
         cycle["timeline"].on_train_end()  # writes the trace and puts Keras' train function back
@@ -118,12 +116,8 @@ class AutoCallback(tf.keras.callbacks.Callback):
         if missing:
             raise RuntimeError(f"tfcomp.Auto: the Timeline recorded gradients of no trainable variable: {missing[:3]}")
         gradients = [(g.name, tuple(variables[g.name].shape), variables[g.name].dtype) for g in model.gradients]
-        links = self._links()
-        codecs = self._codec_profiles(gradients)
-        from tfcomp.analysis.measure import addest  # pylint: disable=import-outside-toplevel
-        largest = max(g.nbytes for g in model.gradients)
-        profile = Profile(model, links[ALLREDUCE], links[ALLGATHER], addest(largest, auto.runs), codecs)
-        profile = profile.averaged(workers.mean, order=list(variables))
+        profile = measure.profile(model, gradients, self._links(), auto.candidates, workers.num_workers, auto.runs,
+                                  measured=self._codecs).averaged(workers.mean, order=list(variables))
         dense_s = workers.mean([statistics.median(cycle["dense"])])[0]
         result = planner.plan(profile, workers.num_workers)
         choices = {name: label for name, label in result.choices.items() if label is not None}
@@ -201,14 +195,6 @@ class AutoCallback(tf.keras.callbacks.Callback):
             return {kind: link for kind in COLLECTIVES}
         samples = link_probe.probe(workers.engine, auto.probe_max_bytes, auto.runs, strategy=workers.strategy)
         return link_probe.fitted_links(samples, workers.num_workers)
-
-    def _codec_profiles(self, gradients):
-        from tfcomp.analysis.measure import compressor_profile  # pylint: disable=import-outside-toplevel
-        for label, compressor in self.auto.candidates.items():
-            if label not in self._codecs:
-                self._codecs[label] = compressor_profile(label, compressor, gradients,
-                                                         self.auto.workers.num_workers, self.auto.runs)
-        return dict(self._codecs)
 
     # ---- checking and drift
 

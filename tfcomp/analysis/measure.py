@@ -163,14 +163,18 @@ def addest(max_bytes, runs=7):
         n *= 4
 
 
-def profile(model, gradients, links, compressors, num_workers, runs=7, say=None):
+def profile(model, gradients, links, compressors, num_workers, runs=7, say=None, measured=None):
     """The Profile of a model (a ModelProfile) with gradients [(name, shape, dtype)] in its
     order, over links ({collective: Link}): every compressor of {spec: compressor}
-    measured on the gradients' shapes, and the vector-add cost."""
-    profiles = {}
+    measured on the gradients' shapes (unless measured, {spec: CompressorProfile}, has it;
+    what is measured is added there), and the vector-add cost."""
+    profiles = measured if measured is not None else {}
     for spec, compressor in compressors.items():
+        if spec in profiles:
+            continue
         if say is not None:
             say(f"measuring {spec} on {len(gradients)} gradients ...")
         profiles[spec] = compressor_profile(spec, compressor, gradients, num_workers, runs)
     largest = max(g.nbytes for g in model.gradients)
-    return Profile(model, links[ALLREDUCE], links[ALLGATHER], addest(largest, runs), profiles)
+    return Profile(model, links[ALLREDUCE], links[ALLGATHER], addest(largest, runs),
+                   {spec: profiles[spec] for spec in compressors})
