@@ -1,10 +1,26 @@
 # tfcomp's entry points. Every target creates the pinned environment first
-# (.venv, reused while the pins are unchanged) and builds what it needs.
+# (reused while the pins are unchanged) and builds what it needs.
+#
+# STACK=pinned: TensorFlow 2.15.1 with Keras 2 and Horovod, in .venv,
+# everything. STACK=current: TensorFlow 2.21 with Keras 3 and tf-keras, in
+# .venv-current, its own op library (tfcomp/_tfcomp_ops.tf<version>.so), the
+# part of the suite that stack carries. Without STACK, targets use the pinned
+# stack, and `make test` tests both.
 SHELL := /bin/bash
+STACK ?=
+ifeq ($(filter-out pinned,$(STACK)),)
 VENV ?= .venv
+OP_LIBRARY := tfcomp/_tfcomp_ops.so
+else ifeq ($(STACK),current)
+VENV ?= .venv-current
+CURRENT_TF := $(shell sed -n 's/^tensorflow==//p' requirements/current/base.txt)
+OP_LIBRARY := tfcomp/_tfcomp_ops.tf$(CURRENT_TF).so
+export TFCOMP_OPS_VERSIONED_NAME := 1
+else
+$(error STACK must be pinned or current, not '$(STACK)')
+endif
 PYTHON := $(VENV)/bin/python
 PINS_STAMP := $(VENV)/.tfcomp-pins
-OP_LIBRARY := tfcomp/_tfcomp_ops.so
 OP_SOURCES := $(shell find custom_ops -name '*.cc' -o -name '*.h') setup.py
 CUDA_ARCHS ?= 70 75 80 86 89 90
 export TF_CPP_MIN_LOG_LEVEL ?= 3
@@ -13,13 +29,13 @@ export PYTHON
 .PHONY: venv constraints build demo test pytest bazel-test sanitize cuda-check build-gpu bench clean
 
 venv:
-	@tools/bootstrap_venv.sh $(VENV)
+	@tools/bootstrap_venv.sh --stack $(or $(STACK),pinned) $(VENV)
 
 $(PINS_STAMP): venv
 
-# Re-resolves requirements/base.txt and horovod.txt and rewrites constraints.txt.
+# Re-resolves the stack's base.txt (and horovod.txt) and rewrites its constraints.txt.
 constraints:
-	tools/bootstrap_venv.sh --resolve $(VENV)
+	tools/bootstrap_venv.sh --resolve --stack $(or $(STACK),pinned) $(VENV)
 
 # The op library, compiled by setup.py (g++ with tf.sysconfig flags) through an
 # editable install; rebuilt when a kernel source or the environment changes.
@@ -33,13 +49,36 @@ build: venv $(OP_LIBRARY)
 # and with each compressor, on localhost and then on an emulated cluster with
 # 1 Gbit/s links (root; DEMO_FLAGS=--noslow_link skips it).
 demo: build
-	$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
+	$(if $(filter current,$(STACK)),TF_USE_LEGACY_KERAS=1 )$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
 
+ifneq ($(STACK),current)
 pytest: build
 	$(PYTHON) -m pytest -q tests
 
-# All tests: the Python suite, then the C++ op tests built with Bazel.
+# All tests: the Python suite, then the C++ op tests built with Bazel; without
+# STACK, then the current stack's part too.
 test: pytest bazel-test
+ifeq ($(STACK),)
+	$(MAKE) test STACK=current
+endif
+else
+# The part of the suite the current stack carries, with tf.keras as tf-keras
+# (tests/test_keras_stacks.py also runs real Keras 3 in a subprocess): the ops,
+# the compressors on the in-process emulator, plans, the Timeline, the main
+# job's tf.distribute engine, and 2-worker model.fit (one compressor of each
+# family under SGD with momentum against dense, a custom loop, BackupAndRestore).
+CURRENT_STACK_TESTS := tests/test_keras_stacks.py tests/test_op_library.py tests/test_sign_ops.py \
+	tests/test_sparse_ops.py tests/test_lowrank_ops.py tests/test_op_properties.py tests/test_compressors.py \
+	tests/test_sparse_compressors.py tests/test_lowrank.py tests/test_sign_zeros.py tests/test_worker_momentum.py \
+	tests/test_plan.py tests/test_timeline.py tests/test_main_job.py
+CURRENT_STACK_DISTRIBUTE := sgd_with_momentum_trains_like_dense or custom_training_loop or \
+	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute
+pytest: build
+	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(CURRENT_STACK_TESTS)
+	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+
+test: pytest
+endif
 
 bazel-test: venv
 	tools/bazel_test.sh

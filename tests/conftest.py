@@ -17,3 +17,20 @@ _PROPERTY_SETTINGS = dict(deadline=None, print_blob=True,
 settings.register_profile("ci", max_examples=60, derandomize=True, database=None, **_PROPERTY_SETTINGS)
 settings.register_profile("thorough", max_examples=1200, **_PROPERTY_SETTINGS)
 settings.load_profile("ci")
+
+HOROVOD_MISSING = ("Horovod is not installed: the current-TensorFlow stack has none "
+                   "(0.28.1 does not build against TensorFlow 2.21; README, 'Supported stacks')")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "horovod: needs Horovod (skipped, with the reason, where it is not installed)")
+
+
+def pytest_collection_modifyitems(config, items):
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    if importlib.util.find_spec("horovod") is not None:
+        return
+    import pytest  # pylint: disable=import-outside-toplevel
+    for item in items:
+        if item.get_closest_marker("horovod") is not None:
+            item.add_marker(pytest.mark.skip(reason=HOROVOD_MISSING))

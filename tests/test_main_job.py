@@ -9,7 +9,7 @@ from benchmarks.main_job_report import verdict
 from tfcomp.testing.local_cluster import ROOT
 
 
-@pytest.mark.parametrize("engine", ["tf.distribute", "horovod"])
+@pytest.mark.parametrize("engine", ["tf.distribute", pytest.param("horovod", marks=pytest.mark.horovod)])
 def test_main_job_prints_the_comparison(tmp_path, engine):
     # Tensor selection plans for a 1 Gbit/s link, so DRAGONN compresses the 512x4096 head whatever
     # a busy moment of the shared machine does to its measured compression time.

@@ -29,7 +29,7 @@ def test_missing_library_says_how_to_rebuild(fresh_loader, tmp_path):
 
 def test_library_built_against_other_tensorflow_is_refused(fresh_loader, tmp_path):
     stale = tmp_path / "_tfcomp_ops.so"
-    shutil.copy(ops.LIBRARY_PATH, stale)
+    shutil.copy(ops.library_path(), stale)
     data = stale.read_bytes()
     marker = f"tensorflow={tf.__version__} ".encode()
     assert data.count(marker) == 1

@@ -298,6 +298,7 @@ def test_a_plan_under_multi_worker_mirrored_strategy(tmp_path):
     assert_trained_with_the_plan(results)
 
 
+@pytest.mark.horovod
 def test_a_plan_under_horovod(tmp_path):
     args = ["--plan", f"--min_compress_elements={PLAN_MIN_COMPRESS_ELEMENTS}", f"--steps={PLAN_STEPS}",
             "--lr=0.2"]

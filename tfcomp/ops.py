@@ -1,7 +1,8 @@
 """tfcomp's custom ops: loads the one op library and wraps its ops.
 
-The library (tfcomp/_tfcomp_ops.so, or the file named by $TFCOMP_OPS_LIBRARY)
-is loaded once, on first use. If it is missing or was built against another
+The library (the file named by $TFCOMP_OPS_LIBRARY, else
+tfcomp/_tfcomp_ops.tf<installed TensorFlow version>.so where a checkout holds
+one per stack, else tfcomp/_tfcomp_ops.so) is loaded once, on first use. If it is missing or was built against another
 TensorFlow, OpLibraryError says how to rebuild it: tfcomp never falls back to
 slower code behind the user's back.
 
@@ -42,8 +43,8 @@ import re
 import tensorflow as tf
 
 LIBRARY_PATH = pathlib.Path(__file__).resolve().parent / "_tfcomp_ops.so"
-REBUILD_HINT = ("Rebuild it from the tfcomp checkout with `make build` "
-                "(or `pip install --no-build-isolation -e .`).")
+REBUILD_HINT = ("Rebuild it from the tfcomp checkout with `make build` (`make build STACK=current` "
+                "on the current-TensorFlow stack), or `pip install --no-build-isolation -e .`.")
 FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)  # every op takes these
 
 _BUILD_INFO = re.compile(rb"tfcomp-build-info: tensorflow=([^ ;]+) cuda=([01]);")
@@ -54,7 +55,10 @@ class OpLibraryError(RuntimeError):
 
 
 def library_path():
-    return pathlib.Path(os.environ.get("TFCOMP_OPS_LIBRARY", LIBRARY_PATH))
+    if "TFCOMP_OPS_LIBRARY" in os.environ:
+        return pathlib.Path(os.environ["TFCOMP_OPS_LIBRARY"])
+    for_this_tensorflow = LIBRARY_PATH.with_name(f"_tfcomp_ops.tf{tf.__version__}.so")
+    return for_this_tensorflow if for_this_tensorflow.is_file() else LIBRARY_PATH
 
 
 def build_info(path):

@@ -6,6 +6,7 @@ to change."""
 import tensorflow as tf
 from absl import logging
 
+from tfcomp import keras_in_use
 from tfcomp.compressors.base import AUTO, WorkerMomentum
 from tfcomp.compressors.cast import FP16, NoCompression
 from tfcomp.compressors.sign import SignSGD
@@ -28,10 +29,10 @@ def _innermost(optimizer):
 def sgd_momentum(optimizer):
     """The momentum of a Keras SGD optimizer (current or legacy, under a
     LossScaleOptimizer or not), 0.0 for SGD without it, None for anything else."""
-    from keras.src.optimizers import sgd
-    from keras.src.optimizers.legacy import gradient_descent
+    keras = keras_in_use.in_use()
     optimizer = _innermost(optimizer)
-    if not isinstance(optimizer, (sgd.SGD, gradient_descent.SGD)):
+    if not isinstance(optimizer, (keras.internal("optimizers.sgd").SGD,
+                                  keras.internal("optimizers.legacy.gradient_descent").SGD)):
         return None
     momentum = getattr(optimizer, "momentum", None)  # Keras' current SGD: a Python float
     if isinstance(momentum, (int, float)):

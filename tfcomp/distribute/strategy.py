@@ -50,8 +50,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         if not isinstance(base, cross_device_ops_lib.CollectiveAllReduce):
             raise RuntimeError(
                 "tfcomp hooks MultiWorkerMirroredStrategy's private _cross_device_ops, which this "
-                f"TensorFlow ({tf.__version__}) does not have as a CollectiveAllReduce; install the "
-                "pinned tensorflow==2.15.1")
+                f"TensorFlow ({tf.__version__}) does not have as a CollectiveAllReduce; install one of "
+                "tfcomp's pinned stacks (requirements/)")
         extended._cross_device_ops = CompressingCollectiveAllReduce(
             base, exchange, rank=self.cluster_resolver.task_id or 0)
         self.exchange = exchange

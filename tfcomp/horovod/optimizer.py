@@ -6,6 +6,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 
+from tfcomp import keras_in_use
 from tfcomp.horovod.engine import ENGINE_ATTRIBUTE, HorovodEngine, LocalVariables, check_horovod_arguments
 
 
@@ -34,6 +35,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     # Every gradient is exchanged dense; the exchange's collectives are named by
     # TensorFlow, not after the optimizer.
     del sparse_as_dense, device_sparse, name
+    keras_in_use.require_keras2("tfcomp.horovod.DistributedOptimizer", optimizer)
     check_horovod_arguments(op, gradient_predivide_factor, groups or num_groups, process_set)
     engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
     engine.exchange.bind_optimizer(optimizer)  # momentum="auto" resolved, and any advice given, here
@@ -114,13 +116,14 @@ def loss_scale_around(optimizer):
     mixed_float16), or None. Its gradients arrive scaled: the exchange divides
     the scale out (a power of two, so exactly) and multiplies it back, so that
     error-feedback residuals do not change meaning when the scale changes."""
-    from keras.src.mixed_precision.loss_scale_optimizer import BaseLossScaleOptimizer  # pylint: disable=import-outside-toplevel
+    base_loss_scale_optimizer = keras_in_use.in_use().internal(
+        "mixed_precision.loss_scale_optimizer").BaseLossScaleOptimizer
     frame = sys._getframe(1)  # pylint: disable=protected-access
     for _ in range(6):  # the wrapper's compute_gradients, then its caller
         frame = frame.f_back
         if frame is None:
             return None
         caller = frame.f_locals.get("self")
-        if isinstance(caller, BaseLossScaleOptimizer) and caller.inner_optimizer is optimizer:
+        if isinstance(caller, base_loss_scale_optimizer) and caller.inner_optimizer is optimizer:
             return caller.loss_scale
     return None

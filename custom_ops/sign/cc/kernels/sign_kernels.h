@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "sign_core.h"
-#include "third_party/eigen3/Eigen/Core"
+#include "Eigen/Core"
 
 namespace tensorflow {
 class OpKernelContext;
