@@ -47,9 +47,10 @@ build: venv $(OP_LIBRARY)
 
 # The main job: 2-worker training of the extreme-classification head, uncompressed
 # and with each compressor, on localhost and then on an emulated cluster with
-# 1 Gbit/s links (root; DEMO_FLAGS=--noslow_link skips it).
+# 1 Gbit/s links (root; DEMO_FLAGS=--noslow_link skips it). STACK=current runs it
+# on TensorFlow 2.21 with Keras 3 (with tf-keras where TF_USE_LEGACY_KERAS=1 is set).
 demo: build
-	$(if $(filter current,$(STACK)),TF_USE_LEGACY_KERAS=1 )$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
+	$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
 
 ifneq ($(STACK),current)
 pytest: build
@@ -62,20 +63,24 @@ ifeq ($(STACK),)
 	$(MAKE) test STACK=current
 endif
 else
-# The part of the suite the current stack carries, with tf.keras as tf-keras
-# (tests/test_keras_stacks.py also runs real Keras 3 in a subprocess): the ops,
-# the compressors on the in-process emulator, plans, the Timeline, the main
-# job's tf.distribute engine, and 2-worker model.fit (one compressor of each
-# family under SGD with momentum against dense, a custom loop, BackupAndRestore).
+# The part of the suite the current stack carries. With tf.keras as tf-keras:
+# the ops, the compressors on the in-process emulator, plans, the Timeline, the
+# main job (and, in a subprocess, under Keras 3). Then 2-worker runs of the
+# tf.distribute engine under tf-keras and under Keras 3: one compressor of each
+# family under SGD with momentum against dense, a custom loop, dense against
+# tf.distribute's own, resuming every worker's residuals from BackupAndRestore
+# (and, under Keras 3, from a .keras archive).
 CURRENT_STACK_TESTS := tests/test_keras_stacks.py tests/test_op_library.py tests/test_sign_ops.py \
 	tests/test_sparse_ops.py tests/test_lowrank_ops.py tests/test_op_properties.py tests/test_compressors.py \
 	tests/test_sparse_compressors.py tests/test_lowrank.py tests/test_sign_zeros.py tests/test_worker_momentum.py \
 	tests/test_plan.py tests/test_timeline.py tests/test_main_job.py
 CURRENT_STACK_DISTRIBUTE := sgd_with_momentum_trains_like_dense or custom_training_loop or \
-	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute
+	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
+	keras3_model_save
 pytest: build
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(CURRENT_STACK_TESTS)
-	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
 
 test: pytest
 endif

@@ -115,8 +115,9 @@ def main(argv):
         env = BFC_ALLOCATOR if FLAGS.bfc_allocator else None
         results["loopback"] = run_all(Launcher(FLAGS.engine, FLAGS.workers, timeout_s=400, env=env),
                                       f"{work_dir}/loopback", FLAGS.loopback_gbps, FLAGS.timeline)
-        print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} on localhost (unshaped loopback), {model}:",
-                    results["loopback"]), flush=True)
+        stack = results["loopback"][0]["stack"]
+        print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} on localhost (unshaped loopback), {model}, "
+                    f"{stack}:", results["loopback"]), flush=True)
         if FLAGS.slow_link:
             with emulated_cluster(FLAGS.workers, FLAGS.link_rate) as cluster:
                 results[FLAGS.link_rate] = run_all(

@@ -10,6 +10,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 import tfcomp
+from tfcomp import keras_in_use
 from tfcomp.distribute import MultiWorkerMirroredStrategy
 
 from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data, mixed_plan
@@ -76,7 +77,7 @@ class Interrupt(tf.keras.callbacks.Callback):
 
 
 def train_fit(strategy, x, y):
-    """model.fit; returns the model, its per-epoch losses and nothing extra."""
+    """model.fit; returns the model, its optimizer, its per-epoch losses and nothing extra."""
     with strategy.scope():
         model = build_model()
         model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum),
@@ -90,14 +91,17 @@ def train_fit(strategy, x, y):
     ds = ds.with_options(opts)
     callbacks = []
     if FLAGS.backup_dir:
-        callbacks.append(tf.keras.callbacks.BackupAndRestore(FLAGS.backup_dir))
+        backup_dir = FLAGS.backup_dir
+        if keras_in_use.in_use().major >= 3:  # Keras 3's BackupAndRestore writes from every worker alike
+            backup_dir = f"{backup_dir}/worker{strategy.cluster_resolver.task_id}"
+        callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir))
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())
     if FLAGS.kill_at >= 0:
         callbacks.append(Kill())
     epochs = -(-FLAGS.steps // BATCHES_PER_EPOCH)
     history = model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
-    return model, history.history["loss"], {}
+    return model, model.optimizer, history.history["loss"], {}
 
 
 def train_custom(strategy, x, y):
@@ -127,23 +131,24 @@ def train_custom(strategy, x, y):
             kill()
         losses.append(float(step(next(iterator))[0]))
     extra = check_mass(model, optimizer, strategy, step, iterator) if FLAGS.check_mass else {}
-    return model, losses, extra
+    return model, optimizer, losses, extra
 
 
 def check_mass(model, optimizer, strategy, step, iterator):
     """One more step: gradient + old residual == sent + new residual, on this worker."""
     residuals = {}
     for v in model.trainable_variables:
-        state = optimizer.tfcomp_state.get(v.name)
+        state = optimizer.tfcomp_state.get(keras_in_use.tensor_name(v))
         if state and "residual" in state:
-            residuals[v.name] = state["residual"]
+            residuals[keras_in_use.tensor_name(v)] = state["residual"]
     before = {name: r.numpy() for name, r in residuals.items()}
     _, grads = step(next(iterator))
     worst = 0.0
     for v, g in zip(model.trainable_variables, grads):
-        if v.name in residuals:
-            corrected = strategy.experimental_local_results(g)[0].numpy() + before[v.name]
-            sent = corrected - residuals[v.name].numpy()
+        name = keras_in_use.tensor_name(v)
+        if name in residuals:
+            corrected = strategy.experimental_local_results(g)[0].numpy() + before[name]
+            sent = corrected - residuals[name].numpy()
             expected = np.mean(np.abs(corrected)) * np.where(corrected >= 0, 1.0, -1.0)
             worst = max(worst, float(np.max(np.abs(sent - expected))))
     return {"mass_error": worst, "compressed_tensors": len(residuals)}
@@ -153,16 +158,20 @@ def main(argv):
     del argv
     x, y = data()
     strategy = make_strategy()
-    model, losses, extra = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, x, y)
+    model, optimizer, losses, extra = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, x, y)
     result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()], **extra}
     if FLAGS.save_dir:
         task = strategy.cluster_resolver.task_id
         path = f"{FLAGS.save_dir}/model" if task == 0 else f"{FLAGS.save_dir}/worker{task}_tmp"
-        model.save(path)
-        result["saved_variables"] = tf.train.list_variables(f"{path}/variables/variables")
+        if keras_in_use.in_use().major >= 3:  # Keras 3 saves to .keras files only
+            os.makedirs(FLAGS.save_dir, exist_ok=True)
+            model.save(f"{path}.keras")
+        else:
+            model.save(path)
+            result["saved_variables"] = tf.train.list_variables(f"{path}/variables/variables")
     if FLAGS.strategy == "tfcomp":
         result["payload_bytes"] = strategy.payload_bytes(model.trainable_variables)
-        state = getattr(model.optimizer, "tfcomp_state", None) if FLAGS.loop == "fit" else None
+        state = getattr(optimizer, "tfcomp_state", None)
         result["state_step"] = int(state.step.numpy()) if state is not None else None
     with open(FLAGS.out, "w") as f:
         json.dump(result, f)

@@ -1,18 +1,22 @@
 """tfcomp.distribute.MultiWorkerMirroredStrategy with real worker processes on localhost."""
+import io
 import re
 import signal
 import time
+import zipfile
 
 import numpy as np
 import pytest
 
 import tfcomp
+from tfcomp import keras_in_use
 from tfcomp.exchange import FINITE_FLAG_BYTES
 from tfcomp.testing import processes
 from tfcomp.testing.local_cluster import run_workers
 from workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
 
 STEPS = 32
+KERAS3 = keras_in_use.in_use().major >= 3  # the workers' tf.keras, as this process's (same environment)
 
 
 def train(tmp_path, workers=2, **flags):
@@ -23,8 +27,11 @@ def train(tmp_path, workers=2, **flags):
 
 
 def test_no_compression_matches_tf_distribute(tmp_path):
-    ours = train(tmp_path / "tfcomp", compression="NoCompression")
-    plain = train(tmp_path / "plain", strategy="plain")
+    # Keras 3's model.fit fails under tf.distribute's own strategy on 2 workers (keras-team/keras#20585;
+    # tfcomp's strategy works around it): there both run a custom loop.
+    loop = "custom" if KERAS3 else "fit"
+    ours = train(tmp_path / "tfcomp", compression="NoCompression", loop=loop)
+    plain = train(tmp_path / "plain", strategy="plain", loop=loop)
     assert_identical_weights(ours)
     for a, b in zip(ours[0]["weights"], plain[0]["weights"]):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-6, atol=1e-7)
@@ -118,8 +125,12 @@ def test_a_killed_worker_fails_every_other_worker_with_its_name_and_step(tmp_pat
     start = time.monotonic()
     # A collective timeout far above the time the test allows: the loss must fail the step, not the timeout.
     codes, logs = kill_one_worker(tmp_path, workers, killed, ["--timeout=600", f"--loop={loop}"])
-    named = re.compile(rf"^E.*tfcomp: worker {killed} \(localhost:\d+, pid \d+\) was lost during training step "
-                       rf"{KILLED_STEP}: its process ended without leaving", re.M)
+    # Keras 3's fit calls on_train_batch_begin (where the worker kills itself) while the step before
+    # may still be running on the others: the step named is the one the survivors were in.
+    steps = f"({KILLED_STEP - 1}|{KILLED_STEP})" if KERAS3 and loop == "fit" else KILLED_STEP
+    # An error-level log line (E<mmdd> ...), which may follow other output on its line: stderr is shared.
+    named = re.compile(rf"E\d{{4}} .*tfcomp: worker {killed} \(localhost:\d+, pid \d+\) was lost during training "
+                       rf"step {steps}: its process ended without leaving")
     for task in range(workers):
         if task != killed:
             assert codes[task] == 1, (codes, logs[task][-3000:])
@@ -152,6 +163,7 @@ def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
     assert resumed[0]["state_step"] == STEPS
 
 
+@pytest.mark.skipif(KERAS3, reason="Keras 3 saves .keras archives, not SavedModels: the test below")
 def test_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path):
     saved = tmp_path / "saved"
     first = train(tmp_path / "first", compression="EFSignSGD", steps=STEPS // 2, save_dir=saved)
@@ -161,6 +173,24 @@ def test_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_pat
     assert residuals and all(shape[0] == 2 for shape in residuals), shapes  # both workers' rows
     resumed = train(tmp_path / "resumed", compression="EFSignSGD", steps=STEPS // 2,
                     load_weights=saved / "model" / "variables" / "variables")
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights([*resumed, uninterrupted[0]])
+    assert resumed[0]["state_step"] == STEPS
+
+
+@pytest.mark.skipif(not KERAS3, reason="Keras 2's model.save writes a SavedModel: the test above")
+def test_keras3_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path):
+    import h5py  # pylint: disable=import-outside-toplevel
+    saved = tmp_path / "saved"
+    first = train(tmp_path / "first", compression="EFSignSGD", steps=STEPS // 2, save_dir=saved)
+    archive = saved / "model.keras"
+    with zipfile.ZipFile(archive) as z, h5py.File(io.BytesIO(z.read("model.weights.h5")), "r") as weights:
+        shapes = {}
+        weights.visititems(lambda name, item: shapes.update({name: item.shape}) if hasattr(item, "shape") else None)
+    residuals = [shape for name, shape in shapes.items() if "tfcomp_state:" in name and "residual" in name]
+    assert residuals and all(shape[0] == 2 for shape in residuals), shapes  # both workers' rows
+    assert first[0]["state_step"] == STEPS // 2
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", steps=STEPS // 2, load_weights=archive)
     uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
     assert_identical_weights([*resumed, uninterrupted[0]])
     assert resumed[0]["state_step"] == STEPS

@@ -12,6 +12,7 @@ import zlib
 import tensorflow as tf
 from absl import logging
 
+from tfcomp import keras_in_use
 from tfcomp.auto import DENSE, PLANNED, PROFILING
 
 
@@ -111,7 +112,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
         cycle["timeline"].on_train_end()  # writes the trace and puts Keras' train function back
         started = time.perf_counter()
         model = from_timeline.model_profile(str(cycle["timeline"].paths()["trace"])).ready_at_backward_end()
-        variables = {v.name: v for v in self.model.trainable_variables}
+        variables = {keras_in_use.tensor_name(v): v for v in self.model.trainable_variables}
         missing = [g.name for g in model.gradients if g.name not in variables]
         if missing:
             raise RuntimeError(f"tfcomp.Auto: the Timeline recorded gradients of no trainable variable: {missing[:3]}")

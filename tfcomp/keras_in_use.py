@@ -3,10 +3,11 @@ that tfcomp's engines read.
 
 On TensorFlow 2.15 tf.keras is Keras 2.15 (the `keras` package). From 2.16 on
 it is Keras 3 (also `keras`), or Keras 2 as the `tf_keras` package where
-TF_USE_LEGACY_KERAS=1 was set before TensorFlow was imported. tfcomp's engines
-hook Keras 2's gradient aggregation and checkpoint compressor state through
-Keras 2's tracking, so they need Keras 2 under either name; Keras 3 is refused
-when an engine is constructed (UnsupportedKeras), never at import.
+TF_USE_LEGACY_KERAS=1 was set before TensorFlow was imported. The
+tf.distribute engine works with all three. The Horovod engine (which wraps
+Keras 2's optimizers), the Timeline's model.fit recording and tfcomp.Auto
+(which profiles model.fit with it) need Keras 2: they refuse Keras 3 when they
+are constructed or first used (UnsupportedKeras), never at import.
 """
 import dataclasses
 import functools
@@ -43,6 +44,16 @@ class Keras:
         return any(cls.__module__.split(".")[0] == self.package for cls in type(obj).__mro__)
 
 
+def tensor_name(variable):
+    """The name tfcomp keys a variable's gradient (and its compressor state and plan entry) by:
+    the tf.Variable's name. A Keras 3 variable wraps one, named by the variable's path
+    ("sequential/dense/kernel:0"), while its own name is the last part alone ("kernel")."""
+    wrapped = getattr(variable, "value", None)
+    if wrapped is not None and not callable(wrapped) and hasattr(wrapped, "name"):
+        return wrapped.name
+    return variable.name
+
+
 @functools.lru_cache(maxsize=None)
 def in_use():
     """The Keras that tf.keras is in this process."""
@@ -51,16 +62,14 @@ def in_use():
     return Keras(package, importlib.import_module(package).__version__)
 
 
-def require_keras2(engine, optimizer=None):
+def require_keras2(what, needs, optimizer=None):
     """Raises UnsupportedKeras, in one sentence with what to do, unless tf.keras is Keras 2 (and the
-    optimizer, if given, is one of its optimizers)."""
+    optimizer, if given, is one of its optimizers); needs says what of Keras 2 `what` uses."""
     keras = in_use()
     if keras.major >= 3:
-        raise UnsupportedKeras(
-            f"{engine} hooks Keras 2's gradient aggregation, and tf.keras here is {keras.name}: "
-            f"{LEGACY_KERAS_HINT}")
+        raise UnsupportedKeras(f"{what} {needs}, and tf.keras here is {keras.name}: {LEGACY_KERAS_HINT}")
     if optimizer is not None and not keras.owns(optimizer):
         raise UnsupportedKeras(
-            f"{engine} was given a {type(optimizer).__module__}.{type(optimizer).__name__}, which is not "
+            f"{what} was given a {type(optimizer).__module__}.{type(optimizer).__name__}, which is not "
             f"from tf.keras ({keras.name}): build the model and optimizer with tf.keras.")
     return keras

@@ -29,16 +29,26 @@ def _innermost(optimizer):
 def sgd_momentum(optimizer):
     """The momentum of a Keras SGD optimizer (current or legacy, under a
     LossScaleOptimizer or not), 0.0 for SGD without it, None for anything else."""
-    keras = keras_in_use.in_use()
     optimizer = _innermost(optimizer)
-    if not isinstance(optimizer, (keras.internal("optimizers.sgd").SGD,
-                                  keras.internal("optimizers.legacy.gradient_descent").SGD)):
+    if not isinstance(optimizer, _sgd_classes()):
         return None
-    momentum = getattr(optimizer, "momentum", None)  # Keras' current SGD: a Python float
+    momentum = getattr(optimizer, "momentum", None)  # Keras' current SGD (and Keras 3's): a Python float
     if isinstance(momentum, (int, float)):
         return float(momentum)
     with tf.init_scope():  # the legacy SGD's hyperparameter may be a (distributed) variable
-        return float(tf.keras.backend.get_value(optimizer._get_hyper("momentum")))  # pylint: disable=protected-access
+        return _read(optimizer._get_hyper("momentum"))  # pylint: disable=protected-access
+
+
+def _sgd_classes():
+    keras = keras_in_use.in_use()
+    if keras.major >= 3:
+        return (keras.internal("optimizers.sgd").SGD,)
+    return (keras.internal("optimizers.sgd").SGD, keras.internal("optimizers.legacy.gradient_descent").SGD)
+
+
+def _read(value):
+    """A float from a Python number, a tensor or a (Keras or distributed) variable."""
+    return float(tf.convert_to_tensor(value).numpy())
 
 
 def learning_rate(optimizer):
@@ -46,7 +56,7 @@ def learning_rate(optimizer):
     optimizer = _innermost(optimizer)
     try:
         with tf.init_scope():
-            return float(tf.keras.backend.get_value(optimizer.learning_rate))
+            return _read(optimizer.learning_rate)
     except (TypeError, ValueError, AttributeError):
         return None
 

@@ -26,6 +26,7 @@ from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.training.saving import saveable_object
 
+from tfcomp import keras3_saving
 from tfcomp.plan_record import RECORD_ATTRIBUTE, PlanRecord
 
 
@@ -67,6 +68,7 @@ def attach(owner, trackable_child, name):
     if isinstance(owner, trackable.Trackable) and not isinstance(owner, trackable.AutoTrackable):
         # Keras' legacy optimizers (and tensorflow-addons') track dependencies explicitly.
         owner._track_trackable(trackable_child, name=name, overwrite=True)  # pylint: disable=protected-access
+    keras3_saving.apply_pending(owner, name, trackable_child)  # a Keras 3 load that came before it
 
 
 def _key(tensor_name):

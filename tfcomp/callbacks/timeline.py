@@ -6,6 +6,7 @@ import pathlib
 
 import tensorflow as tf
 
+from tfcomp import keras_in_use
 from tfcomp.callbacks import plot, probe, summary, trace
 from tfcomp.callbacks.segments import PHASES, step_record
 
@@ -138,6 +139,7 @@ class Timeline(tf.keras.callbacks.Callback):
     # ---- Keras
 
     def on_train_begin(self, logs=None):
+        keras_in_use.require_keras2("tfcomp.callbacks.Timeline", "instruments Keras 2's model.fit train function")
         self._step = 0
         self._snapshots, self._records = [], []
         function = self.model.train_function
@@ -238,7 +240,7 @@ def _patched_optimizer(optimizer, recorder):
 
     def apply(grads_and_vars, *args, **kwargs):
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-        grads = recorder.gradients_ready([g for g, _ in pairs], [v.name for _, v in pairs])
+        grads = recorder.gradients_ready([g for g, _ in pairs], [keras_in_use.tensor_name(v) for _, v in pairs])
         result = apply_gradients(list(zip(grads, [v for _, v in pairs])), *args, **kwargs)
         # Reads of the variables run after their updates (same resource), so this mark does too.
         recorder.mark("applied", after=[result, *[tf.identity(v) for _, v in pairs]])

@@ -14,7 +14,7 @@ from tensorflow.python.ops import array_ops, math_ops
 from tensorflow.python.util import nest
 
 from tfcomp.distribute import gradient_calls
-from tfcomp import fusion
+from tfcomp import fusion, keras_in_use
 from tfcomp import state as state_lib
 
 
@@ -73,7 +73,7 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
         if len(flat) != len(call.variables):
             raise RuntimeError(f"tfcomp: {len(flat)} gradients reached the all-reduce for "
                                f"{len(call.variables)} variables; cannot match them up")
-        names = [v.name for v in call.variables]
+        names = [keras_in_use.tensor_name(v) for v in call.variables]
         self.exchange.bind_optimizer(call.optimizer)
         shapes = [(g.shape, g.dtype) for g in flat]
         specs = self.exchange.state_specs(shapes, names, self._group_size)

@@ -11,6 +11,12 @@ the engine looks for those calls on the stacks when a reduction is traced, and
 finds there the variables the gradients belong to (their names key the
 compressor state) and the optimizer that owns the state. The look happens once
 per trace, not per step.
+
+Keras 3 (TensorFlow backend) aggregates in TFOptimizer._all_reduce_sum_gradients,
+which calls ReplicaContext.all_reduce: under MultiWorkerMirroredStrategy on CPUs
+that is a merge_call of TensorFlow's own batch_all_reduce, so the reduction runs
+on the strategy's thread and the aggregation's frame is found on the replica
+thread, which waits for it.
 """
 import dataclasses
 import functools
@@ -21,26 +27,46 @@ from tfcomp import keras_in_use
 ENGINE = "tfcomp.distribute.MultiWorkerMirroredStrategy"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Aggregation:
+    aggregate: object  # code of the function whose local filtered_grads_and_vars holds the pairs
+    merge_fn: object  # code of the merge_call function that reduces them on the strategy's thread
+
+
 @functools.lru_cache(maxsize=None)
-def _codes():
-    """(all_reduce_sum_gradients, _all_reduce_sum_fn) code objects of the Keras in use."""
-    utils = keras_in_use.in_use().internal("optimizers.utils")
-    return utils.all_reduce_sum_gradients.__code__, utils._all_reduce_sum_fn.__code__  # pylint: disable=protected-access
+def _aggregation():
+    """Where the Keras in use aggregates gradients."""
+    keras = keras_in_use.in_use()
+    if keras.major >= 3:
+        optimizer = keras.internal("backend.tensorflow.optimizer").TFOptimizer
+        return _Aggregation(optimizer._all_reduce_sum_gradients.__code__, _tensorflow_batch_all_reduce())  # pylint: disable=protected-access
+    utils = keras.internal("optimizers.utils")
+    return _Aggregation(utils.all_reduce_sum_gradients.__code__, utils._all_reduce_sum_fn.__code__)  # pylint: disable=protected-access
+
+
+def _tensorflow_batch_all_reduce():
+    """The code of the batch_all_reduce that ReplicaContext.all_reduce merge_calls."""
+    from tensorflow.python.distribute import distribute_lib  # pylint: disable=import-outside-toplevel
+    for constant in distribute_lib.ReplicaContext.all_reduce.__code__.co_consts:
+        if getattr(constant, "co_name", None) == "batch_all_reduce":
+            return constant
+    return None
 
 
 def check_supported():
-    """Fails with a clear message unless tf.keras is a Keras 2 whose aggregation functions are as expected."""
-    keras = keras_in_use.require_keras2(ENGINE)
+    """Fails with a clear message unless the Keras in use aggregates gradients where this module looks."""
+    keras = keras_in_use.in_use()
     try:
-        aggregate, merge_fn = _codes()
+        aggregation = _aggregation()
     except (ImportError, AttributeError):
-        aggregate = merge_fn = None
-    if (aggregate is None or "filtered_grads_and_vars" not in aggregate.co_varnames
-            or "grads_and_vars" not in merge_fn.co_varnames):
+        aggregation = None
+    if (aggregation is None or aggregation.merge_fn is None
+            or "filtered_grads_and_vars" not in aggregation.aggregate.co_varnames
+            or (keras.major < 3 and "grads_and_vars" not in aggregation.merge_fn.co_varnames)):
         raise keras_in_use.UnsupportedKeras(
-            f"{ENGINE} recognises gradient aggregation by Keras 2's "
-            f"{keras.package}.src.optimizers.utils.all_reduce_sum_gradients, which {keras.name} does not have "
-            f"in the expected form: install one of tfcomp's pinned stacks (requirements/).")
+            f"{ENGINE} recognises gradient aggregation by Keras 2's all_reduce_sum_gradients and Keras 3's "
+            f"TFOptimizer._all_reduce_sum_gradients, which {keras.name} does not have in the expected form: "
+            f"install one of tfcomp's pinned stacks (requirements/).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,22 +77,26 @@ class GradientCall:
 
 def find():
     """The GradientCall being traced, or None if this reduction is not of gradients."""
-    aggregate_code, merge_code = _codes()
-    frame = _frame_of(sys._getframe(1), (aggregate_code, merge_code))
+    aggregation = _aggregation()
+    frame = _frame_of(sys._getframe(1), (aggregation.aggregate, aggregation.merge_fn))
     if frame is None:
         return None
-    if frame.f_code is aggregate_code:
-        pairs = frame.f_locals.get("filtered_grads_and_vars") or ()
-        return GradientCall([v for _, v in pairs], _optimizer_above(frame))
+    if frame.f_code is aggregation.aggregate:
+        return _call_at(frame)
     # merge_call: the optimizer's frames are on the replica thread, which waits for this one.
-    pairs = frame.f_locals.get("grads_and_vars") or ()
-    optimizer = None
     for other in sys._current_frames().values():  # pylint: disable=protected-access
-        aggregate = _frame_of(other, (aggregate_code,))
+        aggregate = _frame_of(other, (aggregation.aggregate,))
         if aggregate is not None:
-            optimizer = _optimizer_above(aggregate)
-            break
-    return GradientCall([v for _, v in pairs], optimizer)
+            if keras_in_use.in_use().major >= 3:
+                return _call_at(aggregate)
+            # Keras 2 passes the pairs to its own merge function.
+            return GradientCall([v for _, v in frame.f_locals.get("grads_and_vars") or ()], _optimizer_above(aggregate))
+    return None
+
+
+def _call_at(aggregate):
+    pairs = aggregate.f_locals.get("filtered_grads_and_vars") or ()
+    return GradientCall([v for _, v in pairs], _optimizer_above(aggregate))
 
 
 def _frame_of(frame, codes):
@@ -77,8 +107,11 @@ def _frame_of(frame, codes):
 
 def _optimizer_above(frame):
     keras = keras_in_use.in_use()
-    kinds = (keras.internal("optimizers.optimizer").Optimizer,
-             keras.internal("optimizers.legacy.optimizer_v2").OptimizerV2)
+    if keras.major >= 3:
+        kinds = (keras.internal("optimizers.base_optimizer").BaseOptimizer,)
+    else:
+        kinds = (keras.internal("optimizers.optimizer").Optimizer,
+                 keras.internal("optimizers.legacy.optimizer_v2").OptimizerV2)
     while frame is not None:
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, kinds):

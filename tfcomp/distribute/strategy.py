@@ -9,10 +9,10 @@ from tensorflow.python.distribute import cross_device_ops as cross_device_ops_li
 from tensorflow.python.eager import context
 from tensorflow.python.framework import errors
 
-from tfcomp import agreement, peers
-from tfcomp.distribute import gradient_calls
+from tfcomp import agreement, keras3_saving, keras_in_use, peers
+from tfcomp.distribute import gradient_calls, keras3_fit
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
-from tfcomp.auto import Workers
+from tfcomp.auto import Auto, Workers
 from tfcomp.exchange import Exchange
 
 
@@ -41,7 +41,12 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def __init__(self, compression=None, cluster_resolver=None, communication_options=None, watch_peers=True,
                  **exchange_options):
+        if isinstance(compression, Auto):
+            keras_in_use.require_keras2("tfcomp.Auto", "profiles model.fit with the Timeline, which instruments "
+                                        "Keras 2's train function")
         gradient_calls.check_supported()
+        if keras_in_use.in_use().major >= 3:
+            keras3_saving.install()  # compressor state in Keras 3's save_weights, .keras and BackupAndRestore
         exchange = Exchange(compression, **exchange_options)
         super().__init__(cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
@@ -61,6 +66,11 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         self.peer_watch = self._watch_peers() if watch_peers else None
         extended._cross_device_ops.peer_watch = self.peer_watch
 
+    def reduce(self, reduce_op, value, axis):
+        """tf.distribute's reduce, with what Keras 3's model.fit needs of it on more than one
+        worker (tfcomp.distribute.keras3_fit)."""
+        return keras3_fit.reduce(self, super().reduce, reduce_op, value, axis)
+
     @property
     def compressor(self):
         """The compressor (or tfcomp.Plan) gradients run with, momentum resolved once bound."""
@@ -69,7 +79,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     def payload_bytes(self, variables):
         """Bytes one worker sends per step for these (trainable) variables."""
         return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables],
-                                           self.num_replicas_in_sync, [v.name for v in variables])
+                                           self.num_replicas_in_sync, [keras_in_use.tensor_name(v) for v in variables])
 
     def _check_workers_agree(self):
         """Every worker must run the same exchange, or payloads would not line up."""

@@ -35,7 +35,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     # Every gradient is exchanged dense; the exchange's collectives are named by
     # TensorFlow, not after the optimizer.
     del sparse_as_dense, device_sparse, name
-    keras_in_use.require_keras2("tfcomp.horovod.DistributedOptimizer", optimizer)
+    keras_in_use.require_keras2("tfcomp.horovod.DistributedOptimizer", "wraps Keras 2's optimizers", optimizer)
     check_horovod_arguments(op, gradient_predivide_factor, groups or num_groups, process_set)
     engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
     engine.exchange.bind_optimizer(optimizer)  # momentum="auto" resolved, and any advice given, here

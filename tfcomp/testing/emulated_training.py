@@ -13,6 +13,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tfcomp import keras_in_use
 from tfcomp.testing.emulator import Emulator
 
 
@@ -47,7 +48,7 @@ def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_w
     emulator = Emulator(num_workers, compression, **exchange_options)
     emulator.exchange.bind_optimizer(optimizer)
     variables = model.trainable_variables
-    names = [v.name for v in variables]
+    names = [keras_in_use.tensor_name(v) for v in variables]
     global_batch = batch_per_worker * num_workers
     steps_per_epoch = len(x) // global_batch
     if steps_per_epoch < 1:
