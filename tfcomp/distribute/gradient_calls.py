@@ -25,12 +25,15 @@ import sys
 from tfcomp import keras_in_use
 
 ENGINE = "tfcomp.distribute.MultiWorkerMirroredStrategy"
+_PAIRS = "filtered_grads_and_vars"  # the aggregation's local holding the (gradient, variable) pairs
 
 
 @dataclasses.dataclass(frozen=True)
 class _Aggregation:
-    aggregate: object  # code of the function whose local filtered_grads_and_vars holds the pairs
+    aggregate: object  # code of the function whose local _PAIRS holds the pairs
     merge_fn: object  # code of the merge_call function that reduces them on the strategy's thread
+    merge_fn_pairs: str  # merge_fn's local holding the pairs (Keras 2), or None: read them at aggregate
+    optimizers: tuple  # the optimizer classes, one of which runs the aggregation
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,9 +42,12 @@ def _aggregation():
     keras = keras_in_use.in_use()
     if keras.major >= 3:
         optimizer = keras.internal("backend.tensorflow.optimizer").TFOptimizer
-        return _Aggregation(optimizer._all_reduce_sum_gradients.__code__, _tensorflow_batch_all_reduce())  # pylint: disable=protected-access
+        return _Aggregation(optimizer._all_reduce_sum_gradients.__code__, _tensorflow_batch_all_reduce(),  # pylint: disable=protected-access
+                            None, (keras.internal("optimizers.base_optimizer").BaseOptimizer,))
     utils = keras.internal("optimizers.utils")
-    return _Aggregation(utils.all_reduce_sum_gradients.__code__, utils._all_reduce_sum_fn.__code__)  # pylint: disable=protected-access
+    return _Aggregation(utils.all_reduce_sum_gradients.__code__, utils._all_reduce_sum_fn.__code__,  # pylint: disable=protected-access
+                        "grads_and_vars", (keras.internal("optimizers.optimizer").Optimizer,
+                                           keras.internal("optimizers.legacy.optimizer_v2").OptimizerV2))
 
 
 def _tensorflow_batch_all_reduce():
@@ -61,8 +67,9 @@ def check_supported():
     except (ImportError, AttributeError):
         aggregation = None
     if (aggregation is None or aggregation.merge_fn is None
-            or "filtered_grads_and_vars" not in aggregation.aggregate.co_varnames
-            or (keras.major < 3 and "grads_and_vars" not in aggregation.merge_fn.co_varnames)):
+            or _PAIRS not in aggregation.aggregate.co_varnames
+            or (aggregation.merge_fn_pairs is not None
+                and aggregation.merge_fn_pairs not in aggregation.merge_fn.co_varnames)):
         raise keras_in_use.UnsupportedKeras(
             f"{ENGINE} recognises gradient aggregation by Keras 2's all_reduce_sum_gradients and Keras 3's "
             f"TFOptimizer._all_reduce_sum_gradients, which {keras.name} does not have in the expected form: "
@@ -82,21 +89,20 @@ def find():
     if frame is None:
         return None
     if frame.f_code is aggregation.aggregate:
-        return _call_at(frame)
+        return _call(frame.f_locals.get(_PAIRS), frame, aggregation)
     # merge_call: the optimizer's frames are on the replica thread, which waits for this one.
     for other in sys._current_frames().values():  # pylint: disable=protected-access
         aggregate = _frame_of(other, (aggregation.aggregate,))
         if aggregate is not None:
-            if keras_in_use.in_use().major >= 3:
-                return _call_at(aggregate)
-            # Keras 2 passes the pairs to its own merge function.
-            return GradientCall([v for _, v in frame.f_locals.get("grads_and_vars") or ()], _optimizer_above(aggregate))
+            # Keras 2 passes the pairs to its own merge function; Keras 3's stay at the aggregation.
+            if aggregation.merge_fn_pairs:
+                return _call(frame.f_locals.get(aggregation.merge_fn_pairs), aggregate, aggregation)
+            return _call(aggregate.f_locals.get(_PAIRS), aggregate, aggregation)
     return None
 
 
-def _call_at(aggregate):
-    pairs = aggregate.f_locals.get("filtered_grads_and_vars") or ()
-    return GradientCall([v for _, v in pairs], _optimizer_above(aggregate))
+def _call(pairs, aggregate, aggregation):
+    return GradientCall([v for _, v in pairs or ()], _optimizer_above(aggregate, aggregation.optimizers))
 
 
 def _frame_of(frame, codes):
@@ -105,13 +111,7 @@ def _frame_of(frame, codes):
     return frame
 
 
-def _optimizer_above(frame):
-    keras = keras_in_use.in_use()
-    if keras.major >= 3:
-        kinds = (keras.internal("optimizers.base_optimizer").BaseOptimizer,)
-    else:
-        kinds = (keras.internal("optimizers.optimizer").Optimizer,
-                 keras.internal("optimizers.legacy.optimizer_v2").OptimizerV2)
+def _optimizer_above(frame, kinds):
     while frame is not None:
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, kinds):

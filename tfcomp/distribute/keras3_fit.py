@@ -38,4 +38,3 @@ def _symbolic_build_code():
         return None
     trainer = keras.internal("backend.tensorflow.trainer").TensorFlowTrainer
     return getattr(getattr(trainer, "_maybe_symbolic_build", None), "__code__", None)
-
