@@ -47,8 +47,10 @@ void Expect(bool ok, int64_t n, const char* what, int64_t index) {
   }
 }
 
+// offset > 0 puts x and the unpacked output `offset` elements past a 16-byte
+// boundary: the kernels' element-at-a-time path instead of their 16-byte one.
 template <typename T>
-void CheckPackUnpack(int64_t n, int variant) {
+void CheckPackUnpack(int64_t n, int variant, int offset) {
   const std::vector<T> x = MakeInput<T>(n, variant);
   const int64_t num_words = sc::NumWords(n), blocks = sc::NumScaleBlocks(n);
 
@@ -67,13 +69,17 @@ void CheckPackUnpack(int64_t n, int variant) {
   }
   const T ref_scale = FromDouble<T>(n > 0 ? total / static_cast<double>(n) : 0.0);
 
-  DeviceArray<T> d_x(x), d_scale(1), d_out(n);
+  std::vector<T> padded(offset, FromDouble<T>(-7.0));
+  padded.insert(padded.end(), x.begin(), x.end());
+  DeviceArray<T> d_padded(padded), d_scale(1), d_padded_out(n + offset);
+  const T* d_x = d_padded.ptr + offset;
+  T* d_out = d_padded_out.ptr + offset;
   DeviceArray<uint32_t> d_words(num_words);
   DeviceArray<Acc<T>> d_partials(blocks);
-  CHECK_CUDA(cu::LaunchSignPack(d_x.ptr, n, d_words.ptr, d_partials.ptr, d_scale.ptr, nullptr));
+  CHECK_CUDA(cu::LaunchSignPack(d_x, n, d_words.ptr, d_partials.ptr, d_scale.ptr, nullptr));
   const std::vector<uint32_t> words = d_words.Download(num_words);
   const T scale = d_scale.Download(1)[0];
-  CHECK_CUDA(cu::LaunchSignPack(d_x.ptr, n, d_words.ptr, d_partials.ptr, d_scale.ptr, nullptr));
+  CHECK_CUDA(cu::LaunchSignPack(d_x, n, d_words.ptr, d_partials.ptr, d_scale.ptr, nullptr));
   Expect<T>(SameBits(scale, d_scale.Download(1)[0]), n, "scale differs between two runs", 0);
 
   for (int64_t w = 0; w < num_words; ++w) Expect<T>(words[w] == ref_words[w], n, "pack word", w);
@@ -90,8 +96,9 @@ void CheckPackUnpack(int64_t n, int variant) {
   // Unpack the reference words with the reference scale.
   DeviceArray<uint32_t> d_ref_words(ref_words);
   DeviceArray<T> d_ref_scale(std::vector<T>{ref_scale});
-  CHECK_CUDA(cu::LaunchSignUnpack(d_ref_words.ptr, d_ref_scale.ptr, n, d_out.ptr, nullptr));
-  const std::vector<T> out = d_out.Download(n);
+  CHECK_CUDA(cu::LaunchSignUnpack(d_ref_words.ptr, d_ref_scale.ptr, n, d_out, nullptr));
+  const std::vector<T> out_padded = d_padded_out.Download(n + offset);
+  const std::vector<T> out(out_padded.begin() + offset, out_padded.end());
   for (int64_t i = 0; i < n; ++i) {
     const T want_i = sc::UnpackValue(ref_words[i / 32], static_cast<int>(i % 32), ref_scale);
     const bool both_nan = std::isnan(ToDouble(out[i])) && std::isnan(ToDouble(want_i));
@@ -100,14 +107,15 @@ void CheckPackUnpack(int64_t n, int variant) {
 }
 
 template <typename T>
-void CheckMajority(int64_t n, int64_t k) {
+void CheckMajority(int64_t n, int64_t k, int offset) {
   const int64_t num_words = sc::NumWords(n) + 1;  // rows longer than needed: stride matters
   std::vector<uint32_t> rows(k * num_words);
   for (uint32_t& w : rows) w = NextRandom();
   DeviceArray<uint32_t> d_rows(rows);
-  DeviceArray<T> d_out(n);
-  CHECK_CUDA(cu::LaunchSignMajority(d_rows.ptr, k, num_words, n, d_out.ptr, nullptr));
-  const std::vector<T> out = d_out.Download(n);
+  DeviceArray<T> d_padded_out(n + offset);
+  CHECK_CUDA(cu::LaunchSignMajority(d_rows.ptr, k, num_words, n, d_padded_out.ptr + offset, nullptr));
+  const std::vector<T> out_padded = d_padded_out.Download(n + offset);
+  const std::vector<T> out(out_padded.begin() + offset, out_padded.end());
   for (int64_t i = 0; i < n; ++i) {
     int64_t positives = 0;
     for (int64_t r = 0; r < k; ++r) {
@@ -122,8 +130,12 @@ template <typename T>
 void CheckType() {
   const int64_t sizes[] = {0, 1, 31, 32, 33, 1000, 4096, 4097, (int64_t{1} << 20) + 7};
   for (int64_t n : sizes) {
-    for (int variant = 0; variant < 3; ++variant) CheckPackUnpack<T>(n, variant);
-    for (int64_t k : {1, 2, 5}) CheckMajority<T>(n, k);
+    for (int variant = 0; variant < 3; ++variant) {
+      for (int offset : {0, 1}) CheckPackUnpack<T>(n, variant, offset);
+    }
+    for (int64_t k : {1, 2, 5}) {
+      for (int offset : {0, 1}) CheckMajority<T>(n, k, offset);
+    }
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   std::printf("%-6s pack/unpack/majority: %s\n", TypeName<T>(), g_failures ? "FAILED" : "ok");

@@ -54,8 +54,7 @@ void Expect(bool ok, const char* what, int64_t n, int64_t capacity, double extra
 }
 
 template <typename T, typename Index>
-void CheckSelect(const std::vector<T>& g, const DeviceArray<T>& d_g, int64_t capacity,
-                 double threshold) {
+void CheckSelect(const std::vector<T>& g, const T* d_g, int64_t capacity, double threshold) {
   const int64_t n = static_cast<int64_t>(g.size());
   const T t = FromDouble<T>(threshold);
   const sp::HashParams hash =
@@ -78,7 +77,7 @@ void CheckSelect(const std::vector<T>& g, const DeviceArray<T>& d_g, int64_t cap
 
   DeviceArray<T> d_t(std::vector<T>{t}), d_values(capacity);
   DeviceArray<Index> d_indices(capacity);
-  CHECK_CUDA(cu::LaunchHashSelect(d_g.ptr, n, d_t.ptr, hash, capacity, d_values.ptr,
+  CHECK_CUDA(cu::LaunchHashSelect(d_g, n, d_t.ptr, hash, capacity, d_values.ptr,
                                   d_indices.ptr, nullptr));
   const std::vector<Index> indices = d_indices.Download(capacity);
   const std::vector<T> values = d_values.Download(capacity);
@@ -147,8 +146,15 @@ void CheckType() {
     for (bool specials : {false, true}) {
       const std::vector<T> g = MakeValues<T>(n, specials);
       const DeviceArray<T> d_g(g);
+      // g one element past a 16-byte boundary: the element-at-a-time path.
+      std::vector<T> shifted(1, FromDouble<T>(3.0));
+      shifted.insert(shifted.end(), g.begin(), g.end());
+      const DeviceArray<T> d_shifted(shifted);
       for (int64_t capacity : capacities) {
-        for (double t : thresholds) CheckSelect<T, Index>(g, d_g, capacity, t);
+        for (double t : thresholds) {
+          CheckSelect<T, Index>(g, d_g.ptr, capacity, t);
+          CheckSelect<T, Index>(g, d_shifted.ptr + 1, capacity, t);
+        }
         for (int k = 1; k <= 5; ++k) CheckDecode<T, Index>(n, capacity, k, specials);
       }
     }

@@ -27,7 +27,7 @@ namespace cuda {
 // coalesced rows.
 constexpr int kTileCols = 32;
 constexpr int kBlockRows = 8;
-constexpr int kTileRows = 32;
+constexpr int kTileRows = 64;
 constexpr int kRowsPerThread = kTileRows / kBlockRows;
 constexpr int kRankChunk = 32;
 constexpr int64_t kMaxGridRows = 65535;  // CUDA's limit on gridDim.y
@@ -55,20 +55,21 @@ __global__ void __launch_bounds__(kTileCols* kBlockRows)
       acc[u] = i < n && c < k ? static_cast<Acc<T>>(m[i * k + c]) : Acc<T>(0);
     }
     for (int64_t j0 = 0; j0 < r; j0 += kRankChunk) {
+      // Only the chunk's own columns are staged: at rank 1, 1/32 of a full chunk.
+      const int chunk = r - j0 < kRankChunk ? static_cast<int>(r - j0) : kRankChunk;
       __syncthreads();  // the previous chunk is used up
       // Consecutive threads read consecutive j of one row of q (or p).
-      for (int e = thread; e < kRankChunk * kTileCols; e += kTileCols * kBlockRows) {
-        const int jj = e % kRankChunk, cc = e / kRankChunk;
-        const int64_t j = j0 + jj, col = col0 + cc;
-        q_tile[jj][cc] = j < r && col < k ? static_cast<Acc<T>>(q[col * r + j]) : Acc<T>(0);
+      for (int e = thread; e < chunk * kTileCols; e += kTileCols * kBlockRows) {
+        const int jj = e % chunk, cc = e / chunk;
+        const int64_t col = col0 + cc;
+        q_tile[jj][cc] = col < k ? static_cast<Acc<T>>(q[col * r + j0 + jj]) : Acc<T>(0);
       }
-      for (int e = thread; e < kRankChunk * kTileRows; e += kTileCols * kBlockRows) {
-        const int jj = e % kRankChunk, rr = e / kRankChunk;
-        const int64_t j = j0 + jj, row = row0 + rr;
-        p_tile[rr][jj] = j < r && row < n ? static_cast<Acc<T>>(p[row * r + j]) : Acc<T>(0);
+      for (int e = thread; e < chunk * kTileRows; e += kTileCols * kBlockRows) {
+        const int jj = e % chunk, rr = e / chunk;
+        const int64_t row = row0 + rr;
+        p_tile[rr][jj] = row < n ? static_cast<Acc<T>>(p[row * r + j0 + jj]) : Acc<T>(0);
       }
       __syncthreads();
-      const int chunk = r - j0 < kRankChunk ? static_cast<int>(r - j0) : kRankChunk;
       for (int jj = 0; jj < chunk; ++jj) {
         const Acc<T> qv = q_tile[jj][tx];
 #pragma unroll

@@ -90,13 +90,18 @@ TFCOMP_HOST_DEVICE inline uint32_t BitOf(uint32_t word, int bit) {
   return (word >> bit) & 1u;
 }
 
-// +scale for a set bit, -scale for a clear one. Signs are random, so this
+// +scale for a set bit, -scale for a clear one. Signs are random, so the CPU
 // indexes instead of branching: a mispredicted branch per element costs more
-// than the memory traffic.
+// than the memory traffic. The GPU selects (one instruction; an indexed array
+// would live in local memory).
 template <typename T>
 TFCOMP_HOST_DEVICE inline T UnpackValue(uint32_t word, int bit, T scale) {
+#ifdef __CUDA_ARCH__
+  return BitOf(word, bit) ? scale : static_cast<T>(-scale);
+#else
   const T choices[2] = {static_cast<T>(-scale), scale};
   return choices[BitOf(word, bit)];
+#endif
 }
 
 // positives of k workers voted +1, the rest -1: +1, -1, or 0 on a tie.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "custom_ops/common/cuda_vec.cu.h"
 #include "sign_core.h"
 
 namespace tfcomp {
@@ -26,6 +27,11 @@ static_assert(kScaleBlockElements % kPackThreads == 0, "a stripe must not cross 
 
 template <typename T>
 using Acc = typename Accumulator<T>::type;
+using cuda_vec::Aligned16;
+using cuda_vec::kVec;
+using cuda_vec::LoadVec;
+using cuda_vec::StoreVec;
+using cuda_vec::Vec;
 
 // Sums v over the block in a fixed order (shuffles, then warps in order), so the
 // result depends only on the inputs. Thread 0 gets the total.
@@ -43,28 +49,41 @@ __device__ V BlockSum(V v) {
 }
 
 // Grid: NumScaleBlocks(n) blocks of kPackThreads. Writes the words of scale
-// block blockIdx.x and the sum of |x| over it to partials[blockIdx.x].
-template <typename T>
+// block blockIdx.x and the sum of |x| over it to partials[blockIdx.x]. Each
+// thread reads V consecutive elements at once (x must then be aligned to
+// V * sizeof(T)), so one word is made by 32 / V lanes, whose bits are OR-ed
+// together with shuffles.
+template <typename T, int V>
 __global__ void __launch_bounds__(kPackThreads)
     SignPackKernel(const T* __restrict__ x, int64_t n, uint32_t* __restrict__ words,
                    Acc<T>* __restrict__ partials) {
+  static_assert(V >= 1 && V <= 32 && 32 % V == 0, "a word must be made by whole lanes");
+  constexpr int kLanesPerWord = 32 / V;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kScaleBlockElements;
   const int64_t count = n - first < kScaleBlockElements ? n - first : kScaleBlockElements;
+  const int lane_in_word = threadIdx.x % kLanesPerWord;
   Acc<T> sum = 0;
-  // The loop bound is the same for the whole block, so every lane reaches the ballot.
-  for (int64_t stripe = 0; stripe < count; stripe += kPackThreads) {
-    const int64_t i = stripe + threadIdx.x;
-    uint32_t bit = 0;
+  // The loop bound is the same for the whole block, so every lane reaches the shuffles.
+  for (int64_t stripe = 0; stripe < count; stripe += kPackThreads * V) {
+    const int64_t i = stripe + static_cast<int64_t>(threadIdx.x) * V;
+    uint32_t bits = 0;
     if (i < count) {
-      const T v = x[first + i];
-      bit = SignBit(v);
-      sum += AbsValue(v);
+      const Vec<T, V> values = LoadVec<T, V>(x + first, i, count);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (i + e < count) {  // padding past n gives 0 bits and adds nothing
+          bits |= SignBit(values.v[e]) << e;
+          sum += AbsValue(values.v[e]);
+        }
+      }
     }
-    const uint32_t word = __ballot_sync(0xffffffffu, bit);  // padding lanes give 0
-    const int64_t warp_first = i - threadIdx.x % 32;
-    if (threadIdx.x % 32 == 0 && warp_first < count) {
-      words[(first + warp_first) / kBitsPerWord] = word;
+    uint32_t word = bits << (lane_in_word * V);
+#pragma unroll
+    for (int offset = 1; offset < kLanesPerWord; offset *= 2) {
+      word |= __shfl_xor_sync(0xffffffffu, word, offset);
     }
+    const int64_t word_first = i - lane_in_word * V;
+    if (lane_in_word == 0 && word_first < count) words[(first + word_first) / kBitsPerWord] = word;
   }
   sum = BlockSum<Acc<T>, kPackThreads>(sum);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
@@ -93,26 +112,50 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   }
 }
 
-template <typename T>
+// Thread t writes out[t V, t V + V) with one store (out aligned to V * sizeof(T)).
+template <typename T, int V>
 __global__ void SignUnpackKernel(const uint32_t* __restrict__ words, const T* __restrict__ scale,
                                  int64_t n, T* __restrict__ out) {
   const T s = *scale;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    out[i] = UnpackValue(words[i / kBitsPerWord], static_cast<int>(i % kBitsPerWord), s);
+  const int64_t packs = (n + V - 1) / V;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const int64_t i = p * V;
+    const uint32_t word = words[i / kBitsPerWord];  // V divides 32: one word per pack
+    Vec<T, V> values;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      values.v[e] = UnpackValue(word, static_cast<int>((i + e) % kBitsPerWord), s);
+    }
+    StoreVec<T, V>(out, i, n, values);
   }
 }
 
-template <typename T>
+// Thread t votes on out[t V, t V + V): one read of each worker's word (V
+// divides 32) serves V elements, and one store writes them.
+template <typename T, int V>
 __global__ void SignMajorityKernel(const uint32_t* __restrict__ words, int64_t k, int64_t num_words,
                                    int64_t n, T* __restrict__ out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const int64_t packs = (n + V - 1) / V;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const int64_t i = p * V;
     const int64_t w = i / kBitsPerWord;
-    const int bit = static_cast<int>(i % kBitsPerWord);
-    int64_t positives = 0;
-    for (int64_t r = 0; r < k; ++r) positives += BitOf(words[r * num_words + w], bit);
-    out[i] = static_cast<T>(static_cast<float>(MajorityVote(positives, k)));
+    const int bit0 = static_cast<int>(i % kBitsPerWord);
+    int64_t positives[V] = {};
+    for (int64_t r = 0; r < k; ++r) {
+      const uint32_t word = words[r * num_words + w];
+#pragma unroll
+      for (int e = 0; e < V; ++e) positives[e] += BitOf(word, bit0 + e);
+    }
+    Vec<T, V> values;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      values.v[e] = static_cast<T>(static_cast<float>(MajorityVote(positives[e], k)));
+    }
+    StoreVec<T, V>(out, i, n, values);
   }
 }
 
@@ -125,13 +168,19 @@ inline unsigned int ElementGrid(int64_t n) {
 
 // partials: device scratch of NumScaleBlocks(n) accumulators (may be null when
 // n == 0). Writes words[NumWords(n)] and scale[0]. Returns the launch error.
+// 16-byte accesses where x is 16-byte aligned (every TensorFlow allocation),
+// else one element at a time; words and scale are the same either way.
 template <typename T>
 cudaError_t LaunchSignPack(const T* x, int64_t n, uint32_t* words, Acc<T>* partials, T* scale,
                            cudaStream_t stream) {
   const int64_t blocks = NumScaleBlocks(n);
   if (blocks > 0) {
-    SignPackKernel<T><<<static_cast<unsigned int>(blocks), kPackThreads, 0, stream>>>(
-        x, n, words, partials);
+    const auto grid = static_cast<unsigned int>(blocks);
+    if (Aligned16(x)) {
+      SignPackKernel<T, kVec<T>><<<grid, kPackThreads, 0, stream>>>(x, n, words, partials);
+    } else {
+      SignPackKernel<T, 1><<<grid, kPackThreads, 0, stream>>>(x, n, words, partials);
+    }
   }
   SignScaleKernel<T><<<1, kFinalizeThreads, 0, stream>>>(partials, blocks, n, scale);
   return cudaGetLastError();
@@ -141,7 +190,13 @@ template <typename T>
 cudaError_t LaunchSignUnpack(const uint32_t* words, const T* scale, int64_t n, T* out,
                              cudaStream_t stream) {
   if (n > 0) {
-    SignUnpackKernel<T><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, scale, n, out);
+    if (Aligned16(out)) {
+      constexpr int V = kVec<T>;
+      SignUnpackKernel<T, V><<<ElementGrid((n + V - 1) / V), kElementThreads, 0, stream>>>(
+          words, scale, n, out);
+    } else {
+      SignUnpackKernel<T, 1><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, scale, n, out);
+    }
   }
   return cudaGetLastError();
 }
@@ -150,8 +205,14 @@ template <typename T>
 cudaError_t LaunchSignMajority(const uint32_t* words, int64_t k, int64_t num_words, int64_t n,
                                T* out, cudaStream_t stream) {
   if (n > 0) {
-    SignMajorityKernel<T><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, k, num_words, n,
-                                                                          out);
+    if (Aligned16(out)) {
+      constexpr int V = kVec<T>;
+      SignMajorityKernel<T, V><<<ElementGrid((n + V - 1) / V), kElementThreads, 0, stream>>>(
+          words, k, num_words, n, out);
+    } else {
+      SignMajorityKernel<T, 1><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, k, num_words,
+                                                                               n, out);
+    }
   }
   return cudaGetLastError();
 }

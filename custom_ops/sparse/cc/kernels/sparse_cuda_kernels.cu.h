@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
+#include "custom_ops/common/cuda_vec.cu.h"
 #include "sparse_core.h"
 
 namespace tfcomp {
@@ -54,15 +55,24 @@ __global__ void IotaKernel(int64_t* __restrict__ out, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) out[i] = i;
 }
 
-template <typename T, typename Index>
+// Thread t reads g[t V, t V + V) as one access (g aligned to V * sizeof(T)).
+// The claims are atomic maxima, so the table does not depend on the order.
+template <typename T, typename Index, int V>
 __global__ void HashSelectKernel(const T* __restrict__ g, int64_t n,
                                  const T* __restrict__ threshold, HashParams hash,
                                  int64_t capacity, Index* __restrict__ indices) {
   const Acc<T> t = static_cast<Acc<T>>(*threshold);
-  for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
-    if (Selected(AbsValue(g[i]), t)) {
-      ClaimSlot(indices + HashSlot(hash, static_cast<uint64_t>(i), capacity),
-                static_cast<Index>(i));
+  const int64_t packs = (n + V - 1) / V;
+  for (int64_t p = GlobalThread(); p < packs; p += GridStride()) {
+    const int64_t first = p * V;
+    const cuda_vec::Vec<T, V> values = cuda_vec::LoadVec<T, V>(g, first, n);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const int64_t i = first + e;
+      if (i < n && Selected(AbsValue(values.v[e]), t)) {
+        ClaimSlot(indices + HashSlot(hash, static_cast<uint64_t>(i), capacity),
+                  static_cast<Index>(i));
+      }
     }
   }
 }
@@ -104,9 +114,13 @@ cudaError_t LaunchHashSelect(const T* g, int64_t n, const T* threshold, HashPara
     const unsigned int slot_grid = GridFor(capacity);
     FillKernel<Index><<<slot_grid, kThreads, 0, stream>>>(indices, capacity,
                                                           static_cast<Index>(kEmptyIndex));
-    if (n > 0) {
-      HashSelectKernel<T, Index><<<GridFor(n), kThreads, 0, stream>>>(g, n, threshold, hash,
-                                                                      capacity, indices);
+    if (n > 0 && cuda_vec::Aligned16(g)) {
+      constexpr int V = cuda_vec::kVec<T>;
+      HashSelectKernel<T, Index, V><<<GridFor((n + V - 1) / V), kThreads, 0, stream>>>(
+          g, n, threshold, hash, capacity, indices);
+    } else if (n > 0) {
+      HashSelectKernel<T, Index, 1><<<GridFor(n), kThreads, 0, stream>>>(g, n, threshold, hash,
+                                                                         capacity, indices);
     }
     GatherKernel<T, Index><<<slot_grid, kThreads, 0, stream>>>(g, indices, capacity,
                                                                static_cast<T>(0.0f), values);
