@@ -234,6 +234,9 @@ void BenchSign(int64_t n) {
 }
 
 // ---- selection ----
+__global__ void IotaKernel(int64_t* __restrict__ out, int64_t n) {
+  for (int64_t i = sp::cuda::GlobalThread(); i < n; i += sp::cuda::GridStride()) out[i] = i;
+}
 template <typename T>
 struct AboveThreshold {
   const T* x;
@@ -268,7 +271,7 @@ void BenchSelect(int64_t n) {
   DeviceArray<float> keys(n), keys_out(n);
   DeviceArray<int64_t> order_out(n);
   DeviceArray<unsigned long long> filled(1);
-  sp::cuda::IotaKernel<<<sp::cuda::GridFor(n), 256>>>(iota.ptr, n);
+  IotaKernel<<<sp::cuda::GridFor(n), 256>>>(iota.ptr, n);
   const double in_bytes = static_cast<double>(n) * sizeof(T);
 
   for (double ratio : {0.01, 0.001}) {

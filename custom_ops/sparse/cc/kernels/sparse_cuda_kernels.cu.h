@@ -51,8 +51,23 @@ __global__ void FillKernel(V* __restrict__ out, int64_t n, V value) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) out[i] = value;
 }
 
-__global__ void IotaKernel(int64_t* __restrict__ out, int64_t n) {
-  for (int64_t i = GlobalThread(); i < n; i += GridStride()) out[i] = i;
+// The sort's input: keys[j] = indices[j], or n for an index outside [0, n) (no
+// valid index equals n, and SumRunsKernel skips it); positions[j] = j.
+template <typename Index>
+__global__ void SortInputKernel(const Index* __restrict__ indices, int64_t count, int64_t n,
+                                Index* __restrict__ keys, int64_t* __restrict__ positions) {
+  for (int64_t j = GlobalThread(); j < count; j += GridStride()) {
+    const Index i = indices[j];
+    keys[j] = i >= 0 && i < n ? i : static_cast<Index>(n);
+    positions[j] = j;
+  }
+}
+
+// Bits needed for the values 0..n: the radix sort looks at no others.
+inline int BitsFor(int64_t n) {
+  int bits = 1;
+  while (bits < 63 && (n >> bits) != 0) ++bits;
+  return bits;
 }
 
 // Thread t reads g[t V, t V + V) as one access (g aligned to V * sizeof(T)).
@@ -142,28 +157,35 @@ cudaError_t LaunchSparseDecode(const T* values, const Index* indices, int64_t co
   FillKernel<T><<<GridFor(n), kThreads, 0, stream>>>(dense, n, zero);
   if (count == 0) return cudaGetLastError();
 
-  // Radix sort is stable: entries with equal indices keep their list order.
+  // Radix sort is stable: entries with equal indices keep their list order. Only
+  // the low BitsFor(n) bits are sorted (27 instead of 64 for n = 2^26: half the
+  // passes), which orders the keys correctly because SortInputKernel maps every
+  // key into [0, n].
+  const int end_bit = BitsFor(n);
   Index* no_keys = nullptr;
   int64_t* no_positions = nullptr;
   size_t sort_bytes = 0;
-  cudaError_t err = cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, indices, no_keys,
-                                                    no_positions, no_positions, count, 0,
-                                                    static_cast<int>(sizeof(Index) * 8), stream);
+  cudaError_t err = cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, no_keys, no_keys,
+                                                    no_positions, no_positions, count, 0, end_bit,
+                                                    stream);
   if (err != cudaSuccess) return err;
   const size_t keys_bytes = AlignScratch(count * sizeof(Index));
   const size_t positions_bytes = AlignScratch(count * sizeof(int64_t));
-  char* scratch = static_cast<char*>(allocate(keys_bytes + 2 * positions_bytes + sort_bytes));
+  char* scratch =
+      static_cast<char*>(allocate(2 * keys_bytes + 2 * positions_bytes + sort_bytes));
   if (scratch == nullptr) return cudaErrorMemoryAllocation;
-  Index* keys = reinterpret_cast<Index*>(scratch);
-  int64_t* list_positions = reinterpret_cast<int64_t*>(scratch + keys_bytes);
-  int64_t* sorted_positions = reinterpret_cast<int64_t*>(scratch + keys_bytes + positions_bytes);
-  void* sort_scratch = scratch + keys_bytes + 2 * positions_bytes;
+  Index* list_keys = reinterpret_cast<Index*>(scratch);
+  Index* keys = reinterpret_cast<Index*>(scratch + keys_bytes);
+  int64_t* list_positions = reinterpret_cast<int64_t*>(scratch + 2 * keys_bytes);
+  int64_t* sorted_positions =
+      reinterpret_cast<int64_t*>(scratch + 2 * keys_bytes + positions_bytes);
+  void* sort_scratch = scratch + 2 * keys_bytes + 2 * positions_bytes;
 
   const unsigned int grid = GridFor(count);
-  IotaKernel<<<grid, kThreads, 0, stream>>>(list_positions, count);
-  err = cub::DeviceRadixSort::SortPairs(sort_scratch, sort_bytes, indices, keys, list_positions,
-                                        sorted_positions, count, 0,
-                                        static_cast<int>(sizeof(Index) * 8), stream);
+  SortInputKernel<Index><<<grid, kThreads, 0, stream>>>(indices, count, n, list_keys,
+                                                        list_positions);
+  err = cub::DeviceRadixSort::SortPairs(sort_scratch, sort_bytes, list_keys, keys, list_positions,
+                                        sorted_positions, count, 0, end_bit, stream);
   if (err != cudaSuccess) return err;
   SumRunsKernel<T, Index><<<grid, kThreads, 0, stream>>>(values, keys, sorted_positions, count, n,
                                                          zero, dense);
