@@ -106,9 +106,17 @@ def record_profile(launcher, work_dir, model, measured, path):
     probe_path = work_dir / "probe.json"
     probe_path.write_text(json.dumps({"workers": launcher.workers,
                                       **{k: measured[k]["samples"] for k in ("allreduce", "allgather")}}))
-    trace = work_dir / f"{model}-none" / "worker0.json.timeline" / "worker0.trace.json"
-    return prediction.record_profile(launcher, trace, FLAGS.compressors, path, work_dir / f"{model}-profile",
+    return prediction.record_profile(launcher, dense_trace(launcher.engine, work_dir, model), FLAGS.compressors, path, work_dir / f"{model}-profile",
                                      f"{model} ({FLAGS.size})", link_probe=probe_path)
+
+
+def dense_trace(engine, work_dir, model):
+    """Worker 0's Timeline trace of a model's dense run. e2e_worker records it beside its
+    --out: worker0.json for tf.distribute, the run's directory for Horovod's ranks."""
+    run = work_dir / f"{model}-none"
+    if engine == "horovod":
+        return run.parent / f"{run.name}.timeline" / "rank0.trace.json"
+    return run / "worker0.json.timeline" / "worker0.trace.json"
 
 
 def grid():

@@ -40,6 +40,8 @@ flags.DEFINE_integer("kill_at", -1, "Rank kill_rank SIGKILLs itself when it star
 flags.DEFINE_integer("kill_rank", 1, "The rank --kill_at kills.")
 flags.DEFINE_integer("interrupt_at", -1, "Exit (code 3) at this step, after a backup.")
 flags.DEFINE_string("trace_dir", None, "Record a tfcomp.callbacks.Timeline of steps 8-15 here.")
+flags.DEFINE_bool("conv_model", False, "model.fit trains conv_model(): a long forward-backward pass, small "
+                  "gradients.")
 
 
 
@@ -104,8 +106,19 @@ class Interrupt(tf.keras.callbacks.Callback):
             raise SystemExit(3)
 
 
+def conv_model():
+    """Convolutions over the digits upsampled to 64x64: tens of ms of forward-backward
+    computation on a CPU and 7k parameters, so the allreduce takes a small part of a step."""
+    layers = tf.keras.layers
+    inputs = tf.keras.Input((64,))
+    h = layers.UpSampling2D(8)(layers.Reshape((8, 8, 1))(inputs))
+    for _ in range(3):
+        h = layers.Conv2D(16, 3, padding="same", activation="relu")(h)
+    return tf.keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling2D()(h)))
+
+
 def train_fit(x, y):
-    model = build_model()
+    model = conv_model() if FLAGS.conv_model else build_model()
     optimizer = wrap(make_optimizer())
     model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     callbacks = []

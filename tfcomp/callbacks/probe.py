@@ -63,6 +63,15 @@ def _flat(tensors):
     return [t for t in tf.nest.flatten(tensors, expand_composites=True) if isinstance(t, (tf.Tensor, tf.Variable))]
 
 
+def _computed(tensors):
+    """What a stamp taken once tensors exist depends on: one element read from each. A
+    control dependency on a function call's output (Horovod's allreduce is a
+    PartitionedCall) did not wait for the function's body; a read of the value does."""
+    if tf.executing_eagerly():
+        return _flat(tensors)
+    return [t if isinstance(t, tf.Variable) else tf.reshape(t, [-1])[:1] for t in _flat(tensors)]
+
+
 class Recorder:
     """Allocates mark slots while a step is traced and reads them after it ran."""
 
@@ -95,7 +104,7 @@ class Recorder:
 
     def mark(self, kind, after=(), **meta):
         """A timestamp taken once `after` is computed; returns the timestamp tensor."""
-        with tf.control_dependencies(_flat(after)):
+        with tf.control_dependencies(_computed(after)):
             stamp = tf.timestamp()
         self._write([self._allocate(Mark(kind, meta))], [stamp])
         return stamp
@@ -132,7 +141,7 @@ class Recorder:
                 order = sorted(range(len(dense)), key=lambda i: dense[i].op._id)  # pylint: disable=protected-access
                 stamps = []
                 for i in order:
-                    with tf.control_dependencies([dense[i]]):
+                    with tf.control_dependencies(_computed([dense[i]])):
                         stamps.append(tf.timestamp())
                 self._write([self._allocate(Mark("tensor_ready", infos[i])) for i in order], stamps)
         kind = "gradients_ready" if first else "exchange_begin"

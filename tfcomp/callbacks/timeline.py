@@ -258,6 +258,20 @@ def _patched_optimizer(optimizer, recorder):
                 return list(zip(recorder.gate(grads, stamp), [v for _, v in aggregated]))
 
             stack.enter_context(_instance_attribute(optimizer, "aggregate_gradients", aggregate))
+        if hasattr(optimizer, "_allreduce_grads") and hasattr(optimizer, "_allreduce"):
+            # Horovod's own DistributedOptimizer allreduces in compute_gradients, before
+            # apply_gradients sees the gradients: its gradients are ready on the way in.
+            horovod_allreduce = optimizer._allreduce  # pylint: disable=protected-access
+
+            def allreduce(grads, variables):
+                pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+                ready = iter(recorder.gradients_ready([g for g, _ in pairs],
+                                                      [keras_in_use.tensor_name(v) for _, v in pairs]))
+                reduced = list(horovod_allreduce([g if g is None else next(ready) for g in grads], variables))
+                stamp = recorder.mark("aggregated", after=[g for g in reduced if g is not None])
+                return recorder.gate(reduced, stamp)
+
+            stack.enter_context(_instance_attribute(optimizer, "_allreduce", allreduce))
         yield
 
 
