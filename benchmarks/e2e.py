@@ -106,8 +106,9 @@ def record_profile(launcher, work_dir, model, measured, path):
     probe_path = work_dir / "probe.json"
     probe_path.write_text(json.dumps({"workers": launcher.workers,
                                       **{k: measured[k]["samples"] for k in ("allreduce", "allgather")}}))
-    return prediction.record_profile(launcher, dense_trace(launcher.engine, work_dir, model), FLAGS.compressors, path, work_dir / f"{model}-profile",
-                                     f"{model} ({FLAGS.size})", link_probe=probe_path)
+    return prediction.record_profile(launcher, dense_trace(launcher.engine, work_dir, model), FLAGS.compressors,
+                                     path, work_dir / f"{model}-profile", f"{model} ({FLAGS.size})",
+                                     link_probe=probe_path)
 
 
 def dense_trace(engine, work_dir, model):

@@ -229,6 +229,13 @@ def _patched_train_step(model, recorder):
         yield
 
 
+def _aggregated(recorder, grads):
+    """grads (None entries kept), marked as aggregated once all are computed; what uses
+    them starts after the mark."""
+    grads = list(grads)
+    return recorder.gate(grads, recorder.mark("aggregated", after=[g for g in grads if g is not None]))
+
+
 @contextlib.contextmanager
 def _patched_optimizer(optimizer, recorder):
     """optimizer.apply_gradients marks when the gradients are ready and when they are
@@ -253,9 +260,7 @@ def _patched_optimizer(optimizer, recorder):
 
             def aggregate(grads_and_vars):
                 aggregated = list(aggregate_gradients(grads_and_vars))
-                grads = [g for g, _ in aggregated]
-                stamp = recorder.mark("aggregated", after=[g for g in grads if g is not None])
-                return list(zip(recorder.gate(grads, stamp), [v for _, v in aggregated]))
+                return list(zip(_aggregated(recorder, [g for g, _ in aggregated]), [v for _, v in aggregated]))
 
             stack.enter_context(_instance_attribute(optimizer, "aggregate_gradients", aggregate))
         if hasattr(optimizer, "_allreduce_grads") and hasattr(optimizer, "_allreduce"):
@@ -267,9 +272,8 @@ def _patched_optimizer(optimizer, recorder):
                 pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
                 ready = iter(recorder.gradients_ready([g for g, _ in pairs],
                                                       [keras_in_use.tensor_name(v) for _, v in pairs]))
-                reduced = list(horovod_allreduce([g if g is None else next(ready) for g in grads], variables))
-                stamp = recorder.mark("aggregated", after=[g for g in reduced if g is not None])
-                return recorder.gate(reduced, stamp)
+                return _aggregated(recorder, horovod_allreduce([g if g is None else next(ready) for g in grads],
+                                                               variables))
 
             stack.enter_context(_instance_attribute(optimizer, "_allreduce", allreduce))
         yield

@@ -27,8 +27,6 @@ static_assert(kScaleBlockElements % kPackThreads == 0, "a stripe must not cross 
 
 template <typename T>
 using Acc = typename Accumulator<T>::type;
-using cuda_vec::Aligned16;
-using cuda_vec::kVec;
 using cuda_vec::LoadVec;
 using cuda_vec::StoreVec;
 using cuda_vec::Vec;
@@ -175,12 +173,10 @@ cudaError_t LaunchSignPack(const T* x, int64_t n, uint32_t* words, Acc<T>* parti
                            cudaStream_t stream) {
   const int64_t blocks = NumScaleBlocks(n);
   if (blocks > 0) {
-    const auto grid = static_cast<unsigned int>(blocks);
-    if (Aligned16(x)) {
-      SignPackKernel<T, kVec<T>><<<grid, kPackThreads, 0, stream>>>(x, n, words, partials);
-    } else {
-      SignPackKernel<T, 1><<<grid, kPackThreads, 0, stream>>>(x, n, words, partials);
-    }
+    cuda_vec::WithVecWidth<T>(x, [&](auto width) {
+      SignPackKernel<T, decltype(width)::value>
+          <<<static_cast<unsigned int>(blocks), kPackThreads, 0, stream>>>(x, n, words, partials);
+    });
   }
   SignScaleKernel<T><<<1, kFinalizeThreads, 0, stream>>>(partials, blocks, n, scale);
   return cudaGetLastError();
@@ -190,13 +186,11 @@ template <typename T>
 cudaError_t LaunchSignUnpack(const uint32_t* words, const T* scale, int64_t n, T* out,
                              cudaStream_t stream) {
   if (n > 0) {
-    if (Aligned16(out)) {
-      constexpr int V = kVec<T>;
+    cuda_vec::WithVecWidth<T>(out, [&](auto width) {
+      constexpr int V = decltype(width)::value;
       SignUnpackKernel<T, V><<<ElementGrid((n + V - 1) / V), kElementThreads, 0, stream>>>(
           words, scale, n, out);
-    } else {
-      SignUnpackKernel<T, 1><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, scale, n, out);
-    }
+    });
   }
   return cudaGetLastError();
 }
@@ -205,14 +199,11 @@ template <typename T>
 cudaError_t LaunchSignMajority(const uint32_t* words, int64_t k, int64_t num_words, int64_t n,
                                T* out, cudaStream_t stream) {
   if (n > 0) {
-    if (Aligned16(out)) {
-      constexpr int V = kVec<T>;
+    cuda_vec::WithVecWidth<T>(out, [&](auto width) {
+      constexpr int V = decltype(width)::value;
       SignMajorityKernel<T, V><<<ElementGrid((n + V - 1) / V), kElementThreads, 0, stream>>>(
           words, k, num_words, n, out);
-    } else {
-      SignMajorityKernel<T, 1><<<ElementGrid(n), kElementThreads, 0, stream>>>(words, k, num_words,
-                                                                               n, out);
-    }
+    });
   }
   return cudaGetLastError();
 }

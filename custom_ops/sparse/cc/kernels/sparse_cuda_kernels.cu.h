@@ -129,13 +129,12 @@ cudaError_t LaunchHashSelect(const T* g, int64_t n, const T* threshold, HashPara
     const unsigned int slot_grid = GridFor(capacity);
     FillKernel<Index><<<slot_grid, kThreads, 0, stream>>>(indices, capacity,
                                                           static_cast<Index>(kEmptyIndex));
-    if (n > 0 && cuda_vec::Aligned16(g)) {
-      constexpr int V = cuda_vec::kVec<T>;
-      HashSelectKernel<T, Index, V><<<GridFor((n + V - 1) / V), kThreads, 0, stream>>>(
-          g, n, threshold, hash, capacity, indices);
-    } else if (n > 0) {
-      HashSelectKernel<T, Index, 1><<<GridFor(n), kThreads, 0, stream>>>(g, n, threshold, hash,
-                                                                         capacity, indices);
+    if (n > 0) {
+      cuda_vec::WithVecWidth<T>(g, [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        HashSelectKernel<T, Index, V><<<GridFor((n + V - 1) / V), kThreads, 0, stream>>>(
+            g, n, threshold, hash, capacity, indices);
+      });
     }
     GatherKernel<T, Index><<<slot_grid, kThreads, 0, stream>>>(g, indices, capacity,
                                                                static_cast<T>(0.0f), values);
