@@ -23,16 +23,20 @@ if sys.argv[2] == "fail":
 """
 
 
-def watch_a_peer(how, steps_done=None):
+def watch_a_peer(how, steps_done=None, finished=False):
     """(this side's PeerWatch, the peer's exit code, what on_loss was told) after
-    the peer ends `how`, while this side runs step steps_done + 1."""
+    the peer ends `how`, while this side runs step steps_done + 1 (finished: after
+    that step's exchange, as the compressor state's step counter tells)."""
     listener, port = peers.listen()
     peer = subprocess.Popen([sys.executable, "-c", PEER, str(port), how], cwd=ROOT, stdin=subprocess.PIPE)
     reported = []
     workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "localhost:2222", peer.pid)]
     watch = peers.PeerWatch(0, workers, listener, ["127.0.0.1", "127.0.0.1"], [port, 0], on_loss=reported.append)
     if steps_done is not None:
-        watch.mark_step(tf.constant(steps_done, tf.int64))  # eagerly, as the traced step would
+        exchanges_done = tf.Variable(steps_done, dtype=tf.int64)
+        watch.mark_step(exchanges_done)  # eagerly, as the traced step would
+        if finished:
+            exchanges_done.assign_add(1)
     peer.communicate(b"go\n", timeout=60)
     code = peer.returncode
     deadline = time.monotonic() + 10
@@ -42,10 +46,11 @@ def watch_a_peer(how, steps_done=None):
     return watch, code, reported
 
 
-@pytest.mark.parametrize("steps_done, when", [(None, "before its first training step"),
-                                              (20, "during training step 21")])
-def test_a_killed_peer_is_reported_once_with_its_name_address_pid_and_step(steps_done, when):
-    watch, code, reported = watch_a_peer("kill", steps_done)
+@pytest.mark.parametrize("steps_done, finished, when", [(None, False, "before its first training step"),
+                                                        (20, False, "during training step 21"),
+                                                        (20, True, "after training step 21")])
+def test_a_killed_peer_is_reported_once_with_its_name_address_pid_and_step(steps_done, finished, when):
+    watch, code, reported = watch_a_peer("kill", steps_done, finished)
     assert code == -9
     assert [loss.peer.rank for loss in watch.losses] == [1]
     assert reported == watch.losses  # on_loss is told at once

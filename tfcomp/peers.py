@@ -42,7 +42,7 @@ class Peer:
 @dataclasses.dataclass(frozen=True)
 class Loss:
     peer: Peer
-    step: object  # the training step being run (1-based), or None if not known yet
+    step: object  # the last training step this worker started (1-based), or None if not known
     message: str
 
 
@@ -60,6 +60,7 @@ class PeerWatch:
         self._listener = listener
         self._on_loss = on_loss
         self._step_started = None  # a tf.Variable: the step being run, from mark_step
+        self._exchanges_done = None  # the compressor state's step counter, when mark_step gets a variable
         self._sockets = {}  # rank -> socket
         self.left = set()  # ranks that said goodbye
         self.losses = []
@@ -79,16 +80,25 @@ class PeerWatch:
         if self._step_started is None:
             with state_lib.worker_local_variables(device):
                 self._step_started = tf.Variable(-1, dtype=tf.int64, trainable=False, name="tfcomp_peer_step")
+        if isinstance(exchanges_done, tf.Variable):
+            self._exchanges_done = exchanges_done
         return self._step_started.assign(tf.cast(exchanges_done, tf.int64) + 1)
 
     def current_step(self):
         """The training step being run (counted from 1); 0 before the first; None if unreadable."""
+        return self._progress()[0]
+
+    def _progress(self):
+        """(step, finished): the last step this worker started (0: none, None: unreadable),
+        and whether its exchange has finished since (the worker is between steps)."""
         if self._step_started is None:
-            return 0
+            return 0, False
         try:
-            return max(0, int(self._step_started.numpy()))
+            step = max(0, int(self._step_started.numpy()))
+            done = self._exchanges_done is not None and int(self._exchanges_done.numpy()) >= step > 0
         except Exception:  # pylint: disable=broad-except
-            return None  # the runtime can no longer read it: say so rather than guess
+            return None, False  # the runtime can no longer read it: say so rather than guess
+        return step, done
 
     def _connect(self, hosts, ports):
         deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
@@ -149,9 +159,11 @@ class PeerWatch:
         with self._lock:
             if any(loss.peer.rank == peer.rank for loss in self.losses):
                 return  # reported already (by the watch, or at exit)
-        step = self.current_step()
+        step, finished = self._progress()
+        # A peer that dies as it starts step N can find this worker still finishing step N - 1 after
+        # their last exchange, or already waiting in step N's: both name the same moment.
         when = {0: "before its first training step", None: "at a training step that could not be read"}.get(
-            step, f"during training step {step}")
+            step, f"after training step {step}" if finished else f"during training step {step}")
         message = (f"tfcomp: {peer.name} ({peer.address}, pid {peer.pid}) was lost {when}: its process ended "
                    f"without leaving (killed or crashed). Restart all workers to resume from the last "
                    f"checkpoint (for example with tf.keras.callbacks.BackupAndRestore).")
