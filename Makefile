@@ -67,20 +67,22 @@ else
 # the ops, the compressors on the in-process emulator, plans, the Timeline, the
 # main job (and, in a subprocess, under Keras 3). Then 2-worker runs of the
 # tf.distribute engine under tf-keras and under Keras 3: one compressor of each
-# family under SGD with momentum against dense, a custom loop, dense against
+# family under SGD with momentum against dense, FrozenVarianceAdam (also its
+# unit tests under Keras 3), a custom loop, dense against
 # tf.distribute's own, resuming every worker's residuals from BackupAndRestore
 # (and, under Keras 3, from a .keras archive).
 CURRENT_STACK_TESTS := tests/test_keras_stacks.py tests/test_op_library.py tests/test_sign_ops.py \
 	tests/test_sparse_ops.py tests/test_lowrank_ops.py tests/test_op_properties.py tests/test_compressors.py \
 	tests/test_sparse_compressors.py tests/test_lowrank.py tests/test_sign_zeros.py tests/test_worker_momentum.py \
-	tests/test_plan.py tests/test_timeline.py tests/test_main_job.py
-CURRENT_STACK_DISTRIBUTE := sgd_with_momentum_trains_like_dense or custom_training_loop or \
+	tests/test_plan.py tests/test_timeline.py tests/test_main_job.py tests/test_frozen_adam.py
+CURRENT_STACK_DISTRIBUTE := sgd_with_momentum_trains_like_dense or custom_training_loop or frozen_variance_adam or \
 	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
 	keras3_model_save
 pytest: build
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(CURRENT_STACK_TESTS)
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
 	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/test_frozen_adam.py
 
 test: pytest
 endif

@@ -30,9 +30,10 @@ from tfcomp.testing.emulated_training import train
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
 flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
-flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "aggressive"],
+flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "plain_adam", "aggressive"],
                   "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
-                  "momentum=None, under SGD), aggressive.")
+                  "momentum=None, under SGD), plain_adam (the recommended ones under Keras' Adam, and dense "
+                  "under tfcomp.FrozenVarianceAdam), aggressive.")
 flags.DEFINE_list("compressors", [], "Only these compressors (class names); empty: all.")
 flags.DEFINE_integer("workers", 2, "Emulated workers.")
 flags.DEFINE_integer("seeds", 0, "Runs per configuration (model initialisation and data order); 0: each task's "
@@ -42,34 +43,42 @@ flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts
 flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
 flags.DEFINE_string("out", "benchmarks/results", "Where convergence.{md,json} and the PNGs go.")
 flags.DEFINE_string("name", "convergence", "Base name of the result files.")
+flags.DEFINE_bool("merge", False, "Keep the task x optimizer blocks of an existing <name>.json that this run "
+                  "does not redo (each block keeps the command and machine that made it).")
 
 def settings(optimizer_name):
-    """{setting: [(label, compressor factory, {"learning_rate": ..., "warmup_epochs": ...})]}.
+    """{setting: [(label, compressor factory, {"learning_rate": ..., "warmup_epochs": ...,
+    "frozen_variance": ...})]}.
 
-    Recommended: what a user should start from. momentum="auto" takes over an
-    SGD optimizer's momentum for EFSignSGD and the sparsifiers; the sparsifiers
-    start after a dense epoch (DGC's warm-up), and under Adam keep 10% of the
-    elements (tfcomp.optimizers.ADAPTIVE_MIN_RATIO). Aggressive: the highest
-    compression, no warm-up, and EFSignSGD with error feedback on the gradient
-    under the optimizer's momentum (momentum=None), reported as they come.
+    Recommended: what a user should start from. Under SGD, momentum="auto" takes over
+    the optimizer's momentum for EFSignSGD and the sparsifiers, and the sparsifiers
+    start after a dense epoch (DGC's warm-up). Under Adam, every compressor runs with
+    tfcomp.FrozenVarianceAdam after a dense epoch (its variance is estimated there),
+    the sparsifiers keeping 10% of the elements (tfcomp.optimizers.ADAPTIVE_MIN_RATIO).
+    The evidence for those choices: optimizer_momentum (under SGD, error feedback on the
+    gradient under the optimizer's own momentum) and plain_adam (under Adam, Keras' Adam,
+    with the sparsifiers' dense epoch only). Aggressive: the highest compression with no
+    warm-up of its own (under Adam FrozenVarianceAdam's epoch), and EFSignSGD with error
+    feedback on the gradient, reported as they come.
     """
     sgd = optimizer_name == "sgd_momentum"
     ratio = 0.01 if sgd else 0.1
     sparse = {"warmup_epochs": 1}
+    # Under Adam everything starts after FrozenVarianceAdam's dense epoch.
+    adam = {} if sgd else {"warmup_epochs": 1, "frozen_variance": True}
+    recommended = [
+        ("FP16", tfcomp.FP16, {}),
+        ("SignSGD", tfcomp.SignSGD, {"learning_rate": SIGN_SGD_LEARNING_RATE} if sgd else {}),
+        ("EFSignSGD", tfcomp.EFSignSGD, adam),
+        (f"TopK({ratio})", lambda: tfcomp.TopK(ratio), {**sparse, **adam}),
+        ("RandomK(0.1)", lambda: tfcomp.RandomK(0.1), {**sparse, **adam}),
+        (f"DGC({ratio})", lambda: tfcomp.DGC(ratio), {**sparse, **adam}),
+        (f"DRAGONN({ratio})", lambda: tfcomp.DRAGONN(ratio), {**sparse, **adam}),
+        ("PowerSGD(4)", lambda: tfcomp.PowerSGD(4), adam),
+        ("ACPSGD(4)", lambda: tfcomp.ACPSGD(4), adam),
+    ]
     return {
-        "recommended": [
-            ("FP16", tfcomp.FP16, {}),
-            ("SignSGD", tfcomp.SignSGD, {"learning_rate": SIGN_SGD_LEARNING_RATE} if sgd else {}),
-            ("EFSignSGD", tfcomp.EFSignSGD, {}),
-            (f"TopK({ratio})", lambda: tfcomp.TopK(ratio), sparse),
-            ("RandomK(0.1)", lambda: tfcomp.RandomK(0.1), sparse),
-            (f"DGC({ratio})", lambda: tfcomp.DGC(ratio), sparse),
-            (f"DRAGONN({ratio})", lambda: tfcomp.DRAGONN(ratio), sparse),
-            ("PowerSGD(4)", lambda: tfcomp.PowerSGD(4), {}),
-            ("ACPSGD(4)", lambda: tfcomp.ACPSGD(4), {}),
-        ],
-        # The evidence for momentum="auto": the same settings with error feedback on the
-        # gradient under the optimizer's own momentum (under Adam "auto" is that already).
+        "recommended": recommended,
         "optimizer_momentum": [
             ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), {}),
             ("TopK(0.01, momentum=None)", lambda: tfcomp.TopK(0.01, momentum=None), sparse),
@@ -77,23 +86,28 @@ def settings(optimizer_name):
             ("DGC(0.01, momentum=None)", lambda: tfcomp.DGC(0.01, momentum=None), sparse),
             ("DRAGONN(0.01, momentum=None)", lambda: tfcomp.DRAGONN(0.01, momentum=None), sparse),
         ] if sgd else [],
+        "plain_adam": [] if sgd else [
+            ("FrozenVarianceAdam, dense", None, adam),
+            *((label, factory, {k: v for k, v in options.items() if k != "frozen_variance"})
+              for label, factory, options in recommended[2:]),
+        ],
         "aggressive": [
             ("SignSGD", tfcomp.SignSGD, {}),
-            ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), {}),
-            ("TopK(0.001)", lambda: tfcomp.TopK(0.001), {}),
-            ("RandomK(0.01)", lambda: tfcomp.RandomK(0.01), {}),
-            ("DGC(0.001)", lambda: tfcomp.DGC(0.001), {}),
-            ("DRAGONN(0.001)", lambda: tfcomp.DRAGONN(0.001), {}),
-            ("PowerSGD(1)", lambda: tfcomp.PowerSGD(1), {}),
-            ("ACPSGD(1)", lambda: tfcomp.ACPSGD(1), {}),
+            ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), adam),
+            ("TopK(0.001)", lambda: tfcomp.TopK(0.001), adam),
+            ("RandomK(0.01)", lambda: tfcomp.RandomK(0.01), adam),
+            ("DGC(0.001)", lambda: tfcomp.DGC(0.001), adam),
+            ("DRAGONN(0.001)", lambda: tfcomp.DRAGONN(0.001), adam),
+            ("PowerSGD(1)", lambda: tfcomp.PowerSGD(1), adam),
+            ("ACPSGD(1)", lambda: tfcomp.ACPSGD(1), adam),
         ],
     }
 
 
-def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0):
+def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, frozen_variance=False):
     """The configuration trained once per seed: mean final accuracy and curve, median steps to target."""
     seeds = FLAGS.seeds or task.seeds
-    runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs)
+    runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance)
             for seed in range(1, seeds + 1)]
     reached = sorted(r["steps_to_target"] if r["steps_to_target"] is not None else math.inf for r in runs)
     median = statistics.median(reached)
@@ -105,14 +119,15 @@ def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0):
             "seconds": round(sum(r["seconds"] for r in runs), 1)}
 
 
-def train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs):
+def train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance):
     data = task.load()
     epochs = max(1, round(task.epochs * FLAGS.epochs_scale))
     steps_per_epoch = len(data[0][0]) // (task.batch_per_worker * FLAGS.workers)
     steps = epochs * steps_per_epoch
     lr = learning_rate or task.learning_rates[optimizer_name]
     start = time.perf_counter()
-    history = train(task.build(seed), optimizer(optimizer_name, lr, steps), data, task.loss, task.metric,
+    history = train(task.build(seed), optimizer(optimizer_name, lr, steps, frozen_variance), data, task.loss,
+                    task.metric,
                     factory() if factory else None, num_workers=FLAGS.workers,
                     batch_per_worker=task.batch_per_worker, epochs=epochs, evals_per_epoch=2, seed=seed,
                     selection=False,  # every eligible tensor compressed: the worst case for accuracy
@@ -146,7 +161,10 @@ def markdown(results):
         task = TASKS[block["task"]]
         dense = block["dense"]
         lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {task.target}, "
-                  f"{len(dense['per_seed'])} seed{'s' if len(dense['per_seed']) > 1 else ''})\n",
+                  f"{len(dense['per_seed'])} seed{'s' if len(dense['per_seed']) > 1 else ''})\n"]
+        if "command" in block:  # kept from an earlier run by --merge
+            lines.append(f"`{block['command']}` ({block['machine']['date']})\n")
+        lines += [
                   "| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
                   "| like dense |",
                   "|---|---|---|---|---|---|---|---|",
@@ -185,9 +203,14 @@ def plot(results, out):
 def main(argv):
     del argv
     harness.pin_threads(2, 4)  # the workers' step functions run side by side
-    results = {}
     out = pathlib.Path(FLAGS.out)
     out.mkdir(parents=True, exist_ok=True)
+    earlier = out / f"{FLAGS.name}.json"
+    results = {}
+    if FLAGS.merge and earlier.exists():
+        kept = json.loads(earlier.read_text())
+        results = {key: {"command": kept["command"], "machine": kept["machine"], **block}
+                   for key, block in kept["results"].items()}
     for task_name in FLAGS.tasks:
         task = TASKS[task_name]
         for optimizer_name in FLAGS.optimizers:
@@ -199,7 +222,7 @@ def main(argv):
             chosen = settings(optimizer_name)
             for setting in FLAGS.settings:
                 for label, factory, options in chosen[setting]:
-                    if FLAGS.compressors and label.split("(")[0] not in FLAGS.compressors:
+                    if FLAGS.compressors and label.split("(")[0].split(",")[0] not in FLAGS.compressors:
                         continue
                     run = run_one(task, optimizer_name, factory, **options)
                     run.update(setting=setting, label=label)
@@ -209,7 +232,8 @@ def main(argv):
                           f"({run['final'] - dense['final']:+.3f}), target at step {run['steps_to_target']}"
                           f" -> {'like dense' if run['like_dense'] else 'NOT like dense'} ({run['seconds']} s)",
                           flush=True)
-            results[key] = {"task": task_name, "optimizer": optimizer_name, "dense": dense, "runs": runs}
+            results[key] = {"task": task_name, "optimizer": optimizer_name, "dense": dense, "runs": runs,
+                            "command": harness.command_line("benchmarks.convergence"), "machine": harness.machine()}
             harness.write_results(out, FLAGS.name, {"machine": harness.machine(), "results": results,
                                                     "command": harness.command_line("benchmarks.convergence")},
                                   markdown(results))

@@ -10,6 +10,7 @@ from typing import Callable
 import tensorflow as tf
 
 from models import digits, markov_lm
+from tfcomp.frozen_adam import FrozenVarianceAdam
 
 
 def _classification_loss(y, logits):
@@ -55,13 +56,15 @@ TASKS = {
                     learning_rates={"sgd_momentum": 2.0, "adam": 1e-2}, target=0.78, seeds=1),
 }
 
-def optimizer(name, learning_rate, total_steps):
-    """SGD(momentum=0.9) or Adam, the learning rate cosine-decayed to 0 over total_steps."""
+def optimizer(name, learning_rate, total_steps, frozen_variance=False):
+    """SGD(momentum=0.9) or Adam, the learning rate cosine-decayed to 0 over total_steps;
+    frozen_variance: tfcomp.FrozenVarianceAdam for Adam (its variance frozen when the
+    exchange starts compressing)."""
     schedule = tf.keras.optimizers.schedules.CosineDecay(learning_rate, total_steps)
     if name == "sgd_momentum":
         return tf.keras.optimizers.SGD(schedule, momentum=0.9)
     if name == "adam":
-        return tf.keras.optimizers.Adam(schedule)
+        return FrozenVarianceAdam(schedule) if frozen_variance else tf.keras.optimizers.Adam(schedule)
     raise ValueError(f"unknown optimizer {name!r}: choose from sgd_momentum, adam")
 
 

@@ -25,7 +25,8 @@ flags.DEFINE_string("compression", "NoCompression",
 flags.DEFINE_bool("plan", False, "Compress with tests.workload.mixed_plan() (a tfcomp.Plan), not --compression.")
 flags.DEFINE_string("rank1_compression", None, "Rank 1 asks for this compression instead (disagreement test).")
 flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or a GradientTape loop.")
-flags.DEFINE_enum("optimizer", "sgd", ["sgd", "legacy_sgd", "lamb", "adamw"], "The wrapped optimizer.")
+flags.DEFINE_enum("optimizer", "sgd", ["sgd", "legacy_sgd", "lamb", "adamw", "frozen_adam"],
+                  "The wrapped optimizer (frozen_adam: tfcomp.FrozenVarianceAdam).")
 flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "Learning rate.")
 flags.DEFINE_float("momentum", 0.0, "SGD momentum (sgd and legacy_sgd).")
@@ -50,6 +51,8 @@ def make_optimizer():
         return tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum)
     if FLAGS.optimizer == "legacy_sgd":
         return tf.keras.optimizers.legacy.SGD(FLAGS.lr, momentum=FLAGS.momentum)
+    if FLAGS.optimizer == "frozen_adam":
+        return tfcomp.FrozenVarianceAdam(FLAGS.lr)
     import tensorflow_addons as tfa  # pylint: disable=import-outside-toplevel
     if FLAGS.optimizer == "lamb":
         return tfa.optimizers.LAMB(FLAGS.lr)
@@ -175,6 +178,8 @@ def main(argv):
     model, optimizer, losses = (train_fit if FLAGS.loop == "fit" else train_custom)(x, y)
     result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()],
               "optimizer_class": type(optimizer).__name__}
+    if FLAGS.optimizer == "frozen_adam":
+        result["variance_steps"] = optimizer.variance_steps
     state = getattr(optimizer, "tfcomp_state", None)
     result["state_step"] = int(state.step.numpy()) if state is not None else None
     if FLAGS.engine == "tfcomp":

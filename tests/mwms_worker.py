@@ -24,6 +24,8 @@ flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run +
 flags.DEFINE_integer("steps", 32, "Training steps (model.fit: whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
 flags.DEFINE_float("momentum", 0.0, "SGD momentum.")
+flags.DEFINE_enum("optimizer", "sgd", ["sgd", "frozen_adam"], "SGD(--lr, --momentum), or "
+                  "tfcomp.FrozenVarianceAdam(--lr) (its variance freezes at --warmup_steps).")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_float("ratio", None, "The sparsifiers' ratio (default: the class default).")
 flags.DEFINE_integer("rank", None, "The low-rank compressors' rank (default: the class default).")
@@ -76,11 +78,31 @@ class Interrupt(tf.keras.callbacks.Callback):
             raise SystemExit(3)
 
 
+def make_optimizer():
+    if FLAGS.optimizer == "frozen_adam":
+        return tfcomp.FrozenVarianceAdam(FLAGS.lr)
+    return tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum)
+
+
+class VarianceAtWarmupEnd(tf.keras.callbacks.Callback):
+    """The sum of each of Adam's second moments after the dense warm-up's last step."""
+    sums = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == FLAGS.warmup_steps:
+            self.sums = variance_sums(self.model.optimizer)
+
+
+def variance_sums(optimizer):
+    return [float(tf.reduce_sum(v).numpy()) for v in optimizer._velocities]  # pylint: disable=protected-access
+
+
 def train_fit(strategy, x, y):
-    """model.fit; returns the model, its optimizer, its per-epoch losses and nothing extra."""
+    """model.fit; returns the model, its optimizer, its per-epoch losses and, under
+    FrozenVarianceAdam, its variance after the warm-up and at the end."""
     with strategy.scope():
         model = build_model()
-        model.compile(optimizer=tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum),
+        model.compile(optimizer=make_optimizer(),
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         if FLAGS.load_weights:
             model.load_weights(FLAGS.load_weights)
@@ -99,15 +121,22 @@ def train_fit(strategy, x, y):
         callbacks.append(Interrupt())
     if FLAGS.kill_at >= 0:
         callbacks.append(Kill())
+    variance = VarianceAtWarmupEnd()
+    if FLAGS.optimizer == "frozen_adam":
+        callbacks.append(variance)
     epochs = -(-FLAGS.steps // BATCHES_PER_EPOCH)
     history = model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
-    return model, model.optimizer, history.history["loss"], {}
+    extra = {}
+    if FLAGS.optimizer == "frozen_adam":
+        extra = {"variance_steps": model.optimizer.variance_steps, "variance_at_warmup_end": variance.sums,
+                 "variance_at_end": variance_sums(model.optimizer)}
+    return model, model.optimizer, history.history["loss"], extra
 
 
 def train_custom(strategy, x, y):
     with strategy.scope():
         model = build_model()
-        optimizer = tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum)
+        optimizer = make_optimizer()
     ds = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat())
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")

@@ -69,6 +69,16 @@ def test_sgd_with_momentum_trains_like_dense(tmp_path, dense_with_momentum, comp
     assert_trains_like_dense_with_momentum(train, tmp_path, dense_with_momentum, compression, extra)
 
 
+def test_frozen_variance_adam_freezes_where_the_strategy_starts_compressing(tmp_path):
+    results = train(tmp_path, compression="EFSignSGD", optimizer="frozen_adam", lr=0.01, warmup_steps=8)
+    assert_identical_weights(results)
+    for worker in results:
+        assert worker["variance_steps"] == 8
+        assert worker["variance_at_warmup_end"] == worker["variance_at_end"]  # not moved by compressed steps
+        assert min(worker["variance_at_end"]) > 0
+    assert results[0]["losses"][-1] < 0.85 * results[0]["losses"][0], results[0]["losses"]
+
+
 def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):
     results = train(tmp_path, compression="EFSignSGD", loop="custom", check_mass=True,
                     min_compress_elements=100, lr=0.2)

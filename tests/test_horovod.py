@@ -127,6 +127,13 @@ def test_addons_and_legacy_optimizers_with_horovods_callbacks(tmp_path, optimize
     assert results[0]["state_step"] == STEPS
 
 
+def test_frozen_variance_adam_freezes_where_compression_starts(tmp_path):
+    results = train(tmp_path, optimizer="frozen_adam", compression="EFSignSGD", lr=0.01, warmup_steps=8)
+    assert_identical_weights(results)
+    assert_learns(results)
+    assert [r["variance_steps"] for r in results] == [8, 8]
+
+
 def test_backward_passes_per_step_exchanges_every_other_step(tmp_path):
     results = train(tmp_path, compression="EFSignSGD", backward_passes_per_step=2, lr=0.2)
     assert_identical_weights(results)

@@ -103,11 +103,14 @@ def test_advice_names_what_to_change():
     from tfcomp.optimizers import advice
     sgd = tf.keras.optimizers.SGD(LR, momentum=BETA)
     assert advice(tfcomp.EFSignSGD(), sgd) is None
-    assert "use SGD with momentum, or FP16" in advice(tfcomp.TopK(0.1), tf.keras.optimizers.Adam())
-    assert "use SGD with momentum, or FP16" in advice(tfcomp.PowerSGD(4), tf.keras.optimizers.Adam())
+    for compressor in (tfcomp.TopK(0.1), tfcomp.TopK(0.01), tfcomp.PowerSGD(4), tfcomp.EFSignSGD()):
+        for adaptive in (tf.keras.optimizers.Adam(), tf.keras.optimizers.AdamW()):
+            assert "Use tfcomp.FrozenVarianceAdam" in advice(compressor, adaptive)
+    for compressor in (tfcomp.TopK(0.1), tfcomp.PowerSGD(4), tfcomp.EFSignSGD(), tfcomp.ACPSGD(4)):
+        assert advice(compressor, tfcomp.FrozenVarianceAdam()) is None
     assert advice(tfcomp.FP16(), tf.keras.optimizers.Adam()) is None
     assert advice(tfcomp.PowerSGD(4), sgd) is None
-    assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), tf.keras.optimizers.Adam())
+    assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), tfcomp.FrozenVarianceAdam())
     assert "100x smaller" in advice(tfcomp.SignSGD(), sgd)
     assert advice(tfcomp.SignSGD(), tf.keras.optimizers.SGD(3e-4, momentum=BETA)) is None
     clipped = tf.keras.optimizers.SGD(LR, momentum=BETA, global_clipnorm=1.0)

@@ -13,7 +13,8 @@ _COMPRESSORS = ("NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "Random
 _SUBMODULES = ("callbacks", "distribute")
 
 # Other names and the module that holds them.
-_CLASSES = {"Plan": "tfcomp.plan", "Auto": "tfcomp.auto", "Network": "tfcomp.selection"}
+_CLASSES = {"Plan": "tfcomp.plan", "Auto": "tfcomp.auto", "Network": "tfcomp.selection",
+            "FrozenVarianceAdam": "tfcomp.frozen_adam"}
 
 __all__ = list(_SUBMODULES + _COMPRESSORS) + list(_CLASSES)
 

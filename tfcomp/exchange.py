@@ -123,6 +123,7 @@ class Exchange:
         optimizer carries Auto's decision (a resumed run takes it up here)."""
         if self.auto is not None:
             self.auto.attach(optimizer)
+        optimizers.bind_variance(optimizer, self)
         if self.is_plan:
             resolved = self.configured.with_compressors(lambda c: optimizers.resolve(c, optimizer))
         else:
