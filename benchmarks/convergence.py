@@ -56,8 +56,8 @@ def settings(optimizer_name):
     tfcomp.FrozenVarianceAdam after a dense epoch (its variance is estimated there),
     the sparsifiers keeping 10% of the elements (tfcomp.optimizers.ADAPTIVE_MIN_RATIO).
     The evidence for those choices: optimizer_momentum (under SGD, error feedback on the
-    gradient under the optimizer's own momentum) and plain_adam (under Adam, Keras' Adam,
-    with the sparsifiers' dense epoch only). Aggressive: the highest compression with no
+    gradient under the optimizer's own momentum) and plain_adam (under Adam, the same
+    settings, dense epoch included, under Keras' Adam; and dense under FrozenVarianceAdam). Aggressive: the highest compression with no
     warm-up of its own (under Adam FrozenVarianceAdam's epoch), and EFSignSGD with error
     feedback on the gradient, reported as they come.
     """

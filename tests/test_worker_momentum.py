@@ -103,12 +103,13 @@ def test_advice_names_what_to_change():
     from tfcomp.optimizers import advice
     sgd = tf.keras.optimizers.SGD(LR, momentum=BETA)
     assert advice(tfcomp.EFSignSGD(), sgd) is None
-    for compressor in (tfcomp.TopK(0.1), tfcomp.TopK(0.01), tfcomp.PowerSGD(4), tfcomp.EFSignSGD()):
+    for compressor in (tfcomp.TopK(0.1), tfcomp.TopK(0.01), tfcomp.PowerSGD(4), tfcomp.EFSignSGD(), tfcomp.DRAGONN(0.1)):
         for adaptive in (tf.keras.optimizers.Adam(), tf.keras.optimizers.AdamW()):
             assert "Use tfcomp.FrozenVarianceAdam" in advice(compressor, adaptive)
     for compressor in (tfcomp.TopK(0.1), tfcomp.PowerSGD(4), tfcomp.EFSignSGD(), tfcomp.ACPSGD(4)):
         assert advice(compressor, tfcomp.FrozenVarianceAdam()) is None
     assert advice(tfcomp.FP16(), tf.keras.optimizers.Adam()) is None
+    assert "EFSignSGD with tfcomp.FrozenVarianceAdam" in advice(tfcomp.SignSGD(), tfcomp.FrozenVarianceAdam())
     assert advice(tfcomp.PowerSGD(4), sgd) is None
     assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), tfcomp.FrozenVarianceAdam())
     assert "100x smaller" in advice(tfcomp.SignSGD(), sgd)
