@@ -43,7 +43,8 @@ def dense():
     ids=["EFSignSGD-sgd", "DRAGONN-sgd", "PowerSGD-sgd", "ACPSGD-adam"])
 def test_recommended_settings_train_like_dense(dense, compression, optimizer_name):
     assert dense[optimizer_name] > 0.9, dense
-    accuracy = final_accuracy(compression(), optimizer_name)
+    # Under Adam the recommendation is tfcomp.FrozenVarianceAdam, against dense Keras' Adam.
+    accuracy = final_accuracy(compression(), optimizer_name, frozen_variance=optimizer_name == "adam")
     assert accuracy >= dense[optimizer_name] - TOLERANCE, (accuracy, dense[optimizer_name])
 
 
