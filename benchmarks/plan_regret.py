@@ -41,8 +41,8 @@ flags.DEFINE_string("profiles", "benchmarks/results/e2e/validation-small/profile
                     "benchmarks.e2e --predict records).")
 flags.DEFINE_string("engine", "tf.distribute", "The engine the profiles were recorded with, and the runs use.")
 flags.DEFINE_integer("steps", 100, "Training steps of each dense, single-compressor and plan run.", lower_bound=2)
-flags.DEFINE_integer("auto_steps", 150, "Training steps of each Auto run: with its defaults it decides at step 30 "
-                     "and has measured its three trials and settled by step 110.", lower_bound=2)
+flags.DEFINE_integer("auto_steps", 200, "Training steps of each Auto run: with its defaults it decides at step 30 "
+                     "and has measured its three trials and dense again and settled by step 135.", lower_bound=2)
 flags.DEFINE_integer("warmup", 10, "Steps not timed.", lower_bound=1)
 flags.DEFINE_integer("repeats", 1, "Run the grid this many times (the first in OUTPUT, the others in "
                      "OUTPUT/repeat<k>) and report each configuration's median over them: on a shared machine one "

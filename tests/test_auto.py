@@ -167,8 +167,8 @@ def check_ok(codes, logs, expected=0):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the slow link is a network namespace shaped with tc: needs root")
 def test_auto_keeps_the_fastest_measured_trial_and_a_resumed_run_keeps_it(tmp_path):
     """Profiling ends at step 8; three trials (the plan, then the two single compressors
-    predicted fastest) run 6 steps each; the fastest measured is kept by step 26, backed
-    up at step 32; the run stops at 36 and resumes from the backup."""
+    predicted fastest) and dense again run 6 steps each; the fastest measured is kept at
+    step 32 and backed up there; the run stops at 36 and resumes from the backup."""
     args = ["--hidden=1024", "--steps=48", f"--backup_dir={tmp_path / 'backup'}"]
     with emulated_link(SLOW_LINK) as prefix:
         codes, logs, _ = run_workers("tests.auto_worker", 2, [*args, "--interrupt_at=36"], tmp_path / "first",
@@ -182,8 +182,8 @@ def test_auto_keeps_the_fastest_measured_trial_and_a_resumed_run_keeps_it(tmp_pa
         (decision,) = r["history"]
         assert decision["restored"] and decision["phase"] == PLANNED
         trials = decision["trials"]
-        assert [t["label"] for t in trials][0] == "plan" and len(trials) == 3, trials
-        assert decision["plan_ms"] == min(t["ms"] for t in trials) < decision["dense_ms"], decision
+        assert [t["label"] for t in trials][0] == "plan" and len(trials) == 4 and trials[3]["label"] == DENSE, trials
+        assert decision["plan_ms"] == min(t["ms"] for t in trials[:3]) < decision["dense_ms"] == trials[3]["ms"]
         assert r["traces"] <= 2, r["traces"]  # Keras' first call of a train function (profiling adds a third)
         assert r["step"] == 48
     assert resumed[0]["choices"] and all(r["choices"] == resumed[0]["choices"] for r in resumed)
@@ -206,13 +206,17 @@ def test_auto_under_horovod_falls_back_to_dense_when_its_plan_loses(tmp_path):
 
 def assert_fell_back(results):
     for r in results:
-        planned, fell_back = r["history"]
+        planned, dense_again, fell_back = r["history"]
         assert planned["phase"] == PLANNED and planned["compressed"] >= 1
+        assert dense_again["trial"] == DENSE and dense_again["compressed"] == 0
         assert fell_back["phase"] == DENSE and "slower than the" in fell_back["reason"]
-        assert fell_back["plan_ms"] > fell_back["dense_ms"]
+        # the reference is the dense trial timed after the plan's, not the profiled steps
+        assert [t["label"] for t in fell_back["trials"]] == ["plan", DENSE]
+        assert fell_back["dense_ms"] == fell_back["trials"][1]["ms"] < fell_back["plan_ms"]
         assert r["phase"] == DENSE and not r["choices"] and r["step"] == STEPS
         assert r["payload_bytes"] == r["dense_bytes"] + 4  # dense, and the non-finite flag
-        # The switch to the plan and the one back are a trace each, and nothing after them retraces.
+        # The switch to the plan and the one back to dense for the dense trial are a trace each,
+        # and nothing after them retraces: the dense trial's train function is kept.
         assert r["traces"] == planned["traces"] + 2
     assert results[0]["history"] == results[1]["history"] or all(
         {k: v for k, v in a.items() if k != "profiling_s"} == {k: v for k, v in b.items() if k != "profiling_s"}

@@ -11,9 +11,9 @@ records a few with the Timeline, probes the link with the engine's collectives,
 times every candidate's encode and decode on the model's gradients, averages all of
 it over the workers and plans with tfcomp.analysis.planner. Predictions can be
 10-40% off, so it then measures: the plan and the single candidates predicted
-fastest run a few steps each (the train function traced once per switch), and the
-fastest measured is kept; where all were slower than the dense steps, it switches
-back to dense for good and says why. With replan_every, a plan whose step time drifts
+fastest run a few steps each (the train function traced once per switch), then dense
+again, in the same conditions (dense steps profiled early in training run slower), and
+the fastest measured is kept; where that is dense, it stays dense for good and says why. With replan_every, a plan whose step time drifts
 from what it measured at first is profiled and planned afresh.
 
 The decision is saved with the optimizer's checkpoints (an AutoRecord), so a resumed
@@ -54,8 +54,8 @@ class Auto:
     check_steps: the steps each trial is timed for (default profile_steps).
     trials: how many configurations are measured before one is kept: the plan, then
         the single candidates predicted fastest (each only if predicted faster than
-        dense and not sent as one already measured is). The fastest measured is kept,
-        or dense where every one measured slower than the dense steps.
+        dense and not sent as one already measured is), then dense again. The fastest
+        measured is kept, or dense where every one measured slower than dense did.
     replan_every: None, or every this many steps compare the plan's step time with
         what it measured at first, and profile and plan again where it moved by more
         than drift (a fraction).
