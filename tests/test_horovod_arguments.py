@@ -79,10 +79,20 @@ def test_momentum_and_advice_are_settled_at_construction():
         opt = tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9),
                                                   compression=tfcomp.EFSignSGD)
         print("bound:", opt.tfcomp_engine.exchange.compressor.momentum)
-        tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.Adam(), compression=tfcomp.TopK(0.01))
+        tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.Adam(), compression=tfcomp.TopK(0.1))
+        frozen = tfcomp.FrozenVarianceAdam()
+        tfcomp.horovod.DistributedOptimizer(frozen, compression=tfcomp.TopK(0.01), warmup_steps=10)
+        print("variance_steps:", frozen.variance_steps)
+        try:
+            tfcomp.horovod.DistributedOptimizer(tfcomp.FrozenVarianceAdam(), compression=tfcomp.TopK(0.1))
+        except ValueError as e:
+            print("refused:", e)
         """)
     run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "refused:" in run.stdout and "compile the optimizer with momentum=0" in run.stdout, run.stdout
     assert "bound: 0.9" in run.stdout, run.stdout
-    assert "TopK(ratio=0.01) under Adam" in run.stderr and "ratio>=0.1" in run.stderr, run.stderr[-2000:]
+    assert "TopK under Adam" in run.stderr and "Use tfcomp.FrozenVarianceAdam" in run.stderr, run.stderr[-2000:]
+    assert "TopK(ratio=0.01) under FrozenVarianceAdam" in run.stderr and "ratio>=0.1" in run.stderr, run.stderr[-2000:]
+    assert "variance_steps: 10" in run.stdout, run.stdout  # the variance freezes where compression starts
+    assert "compresses from the first step: pass warmup_steps=" in run.stdout, run.stdout
