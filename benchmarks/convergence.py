@@ -57,9 +57,10 @@ def settings(optimizer_name):
     the sparsifiers keeping 10% of the elements (tfcomp.optimizers.ADAPTIVE_MIN_RATIO).
     The evidence for those choices: optimizer_momentum (under SGD, error feedback on the
     gradient under the optimizer's own momentum) and plain_adam (under Adam, the same
-    settings, dense epoch included, under Keras' Adam; and dense under FrozenVarianceAdam). Aggressive: the highest compression with no
-    warm-up of its own (under Adam FrozenVarianceAdam's epoch), and EFSignSGD with error
-    feedback on the gradient, reported as they come.
+    settings, dense epoch included, under Keras' Adam; and dense under FrozenVarianceAdam).
+    Aggressive: the highest compression with no warm-up of its own (under Adam
+    FrozenVarianceAdam's epoch), and EFSignSGD with error feedback on the gradient,
+    reported as they come.
     """
     sgd = optimizer_name == "sgd_momentum"
     ratio = 0.01 if sgd else 0.1
@@ -127,8 +128,7 @@ def train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs
     lr = learning_rate or task.learning_rates[optimizer_name]
     start = time.perf_counter()
     history = train(task.build(seed), optimizer(optimizer_name, lr, steps, frozen_variance), data, task.loss,
-                    task.metric,
-                    factory() if factory else None, num_workers=FLAGS.workers,
+                    task.metric, factory() if factory else None, num_workers=FLAGS.workers,
                     batch_per_worker=task.batch_per_worker, epochs=epochs, evals_per_epoch=2, seed=seed,
                     selection=False,  # every eligible tensor compressed: the worst case for accuracy
                     warmup_steps=warmup_epochs * steps_per_epoch)
@@ -162,10 +162,9 @@ def markdown(results):
         dense = block["dense"]
         lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {task.target}, "
                   f"{len(dense['per_seed'])} seed{'s' if len(dense['per_seed']) > 1 else ''})\n"]
-        if "command" in block:  # kept from an earlier run by --merge
+        if "command" in block:  # the run that made this block (--merge keeps blocks of earlier runs)
             lines.append(f"`{block['command']}` ({block['machine']['date']})\n")
-        lines += [
-                  "| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
+        lines += ["| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
                   "| like dense |",
                   "|---|---|---|---|---|---|---|---|",
                   f"| | dense | | {dense['final']:.3f} | | {_steps(dense['steps_to_target'])} | 1.00 | |"]

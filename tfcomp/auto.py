@@ -13,8 +13,9 @@ it over the workers and plans with tfcomp.analysis.planner. Predictions can be
 10-40% off, so it then measures: the plan and the single candidates predicted
 fastest run a few steps each (the train function traced once per switch), then dense
 again, in the same conditions (dense steps profiled early in training run slower), and
-the fastest measured is kept; where that is dense, it stays dense for good and says why. With replan_every, a plan whose step time drifts
-from what it measured at first is profiled and planned afresh.
+the fastest measured is kept; where that is dense, it stays dense for good and says why.
+With replan_every, a plan whose step time drifts from what it measured at first is
+profiled and planned afresh.
 
 The decision is saved with the optimizer's checkpoints (an AutoRecord), so a resumed
 run takes it up without profiling again.

@@ -84,10 +84,6 @@ class PeerWatch:
             self._exchanges_done = exchanges_done
         return self._step_started.assign(tf.cast(exchanges_done, tf.int64) + 1)
 
-    def current_step(self):
-        """The training step being run (counted from 1); 0 before the first; None if unreadable."""
-        return self._progress()[0]
-
     def _progress(self):
         """(step, finished): the last step this worker started (0: none, None: unreadable),
         and whether its exchange has finished since (the worker is between steps)."""
