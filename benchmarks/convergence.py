@@ -30,9 +30,11 @@ from tfcomp.testing.emulated_training import train
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
 flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
-flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "plain_adam", "aggressive"],
+flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "other_warmup", "ratio_0.01", "plain_adam",
+                                "aggressive"],
                   "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
-                  "momentum=None, under SGD), plain_adam (the recommended ones under Keras' Adam, and dense "
+                  "momentum=None, under SGD), other_warmup (the recommended ones with a dense epoch where they "
+                  "start without and without where they start after one, under SGD), ratio_0.01 (the sparsifiers at ratio 0.01, under SGD), plain_adam (the recommended ones under Keras' Adam, and dense "
                   "under tfcomp.FrozenVarianceAdam), aggressive.")
 flags.DEFINE_list("compressors", [], "Only these compressors (class names); empty: all.")
 flags.DEFINE_integer("workers", 2, "Emulated workers.")
@@ -50,42 +52,51 @@ def settings(optimizer_name):
     """{setting: [(label, compressor factory, {"learning_rate": ..., "warmup_epochs": ...,
     "frozen_variance": ...})]}.
 
-    Recommended: what a user should start from. Under SGD, momentum="auto" takes over
-    the optimizer's momentum for EFSignSGD and the sparsifiers, and the sparsifiers
-    start after a dense epoch (DGC's warm-up). Under Adam, every compressor runs with
-    tfcomp.FrozenVarianceAdam after a dense epoch (its variance is estimated there),
-    the sparsifiers keeping 10% of the elements (tfcomp.optimizers.ADAPTIVE_MIN_RATIO).
-    The evidence for those choices: optimizer_momentum (under SGD, error feedback on the
-    gradient under the optimizer's own momentum) and plain_adam (under Adam, the same
-    settings, dense epoch included, under Keras' Adam; and dense under FrozenVarianceAdam).
-    Aggressive: the highest compression with no warm-up of its own (under Adam
-    FrozenVarianceAdam's epoch), and EFSignSGD with error feedback on the gradient,
-    reported as they come.
+    Recommended: what a user should start from. The sparsifiers keep 10% of the elements
+    (tfcomp.optimizers.MIN_RATIO), and every error-feedback compressor starts after a
+    dense epoch but EFSignSGD under SGD (its one scale per tensor, switched on after
+    dense training, set the MLP back for epochs). Under SGD, momentum="auto" takes over
+    the optimizer's momentum for EFSignSGD and the sparsifiers. Under Adam, every
+    compressor runs with tfcomp.FrozenVarianceAdam (its variance is estimated in the
+    dense epoch). The evidence for those choices: optimizer_momentum (under SGD, error
+    feedback on the gradient under the optimizer's own momentum), other_warmup and
+    ratio_0.01 (under SGD, the recommended ones with the other warm-up choice, and the
+    sparsifiers at 1%), plain_adam (under Adam, the same settings, dense epoch
+    included, under Keras' Adam; and dense under FrozenVarianceAdam). Aggressive: the
+    highest compression with no warm-up of its own (under Adam FrozenVarianceAdam's
+    epoch), and EFSignSGD with error feedback on the gradient, reported as they come.
     """
     sgd = optimizer_name == "sgd_momentum"
-    ratio = 0.01 if sgd else 0.1
-    sparse = {"warmup_epochs": 1}
+    ratio = 0.1
+    warm = {"warmup_epochs": 1}
     # Under Adam everything starts after FrozenVarianceAdam's dense epoch.
     adam = {} if sgd else {"warmup_epochs": 1, "frozen_variance": True}
     recommended = [
         ("FP16", tfcomp.FP16, {}),
         ("SignSGD", tfcomp.SignSGD, {"learning_rate": SIGN_SGD_LEARNING_RATE} if sgd else {}),
-        ("EFSignSGD", tfcomp.EFSignSGD, adam),
-        (f"TopK({ratio})", lambda: tfcomp.TopK(ratio), {**sparse, **adam}),
-        ("RandomK(0.1)", lambda: tfcomp.RandomK(0.1), {**sparse, **adam}),
-        (f"DGC({ratio})", lambda: tfcomp.DGC(ratio), {**sparse, **adam}),
-        (f"DRAGONN({ratio})", lambda: tfcomp.DRAGONN(ratio), {**sparse, **adam}),
-        ("PowerSGD(4)", lambda: tfcomp.PowerSGD(4), adam),
-        ("ACPSGD(4)", lambda: tfcomp.ACPSGD(4), adam),
+        ("EFSignSGD", tfcomp.EFSignSGD, adam if sgd else {**warm, **adam}),
+        (f"TopK({ratio})", lambda: tfcomp.TopK(ratio), {**warm, **adam}),
+        ("RandomK(0.1)", lambda: tfcomp.RandomK(0.1), {**warm, **adam}),
+        (f"DGC({ratio})", lambda: tfcomp.DGC(ratio), {**warm, **adam}),
+        (f"DRAGONN({ratio})", lambda: tfcomp.DRAGONN(ratio), {**warm, **adam}),
+        ("PowerSGD(4)", lambda: tfcomp.PowerSGD(4), {**warm, **adam}),
+        ("ACPSGD(4)", lambda: tfcomp.ACPSGD(4), {**warm, **adam}),
     ]
     return {
         "recommended": recommended,
         "optimizer_momentum": [
-            ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), {}),
-            ("TopK(0.01, momentum=None)", lambda: tfcomp.TopK(0.01, momentum=None), sparse),
-            ("RandomK(0.1, momentum=None)", lambda: tfcomp.RandomK(0.1, momentum=None), sparse),
-            ("DGC(0.01, momentum=None)", lambda: tfcomp.DGC(0.01, momentum=None), sparse),
-            ("DRAGONN(0.01, momentum=None)", lambda: tfcomp.DRAGONN(0.01, momentum=None), sparse),
+            ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), warm),
+            ("TopK(0.1, momentum=None)", lambda: tfcomp.TopK(0.1, momentum=None), warm),
+            ("RandomK(0.1, momentum=None)", lambda: tfcomp.RandomK(0.1, momentum=None), warm),
+            ("DGC(0.1, momentum=None)", lambda: tfcomp.DGC(0.1, momentum=None), warm),
+            ("DRAGONN(0.1, momentum=None)", lambda: tfcomp.DRAGONN(0.1, momentum=None), warm),
+        ] if sgd else [],
+        "other_warmup": [(label, factory, {} if options.get("warmup_epochs") else warm)
+                         for label, factory, options in recommended[2:]] if sgd else [],
+        "ratio_0.01": [
+            ("TopK(0.01)", lambda: tfcomp.TopK(0.01), warm),
+            ("DGC(0.01)", lambda: tfcomp.DGC(0.01), warm),
+            ("DRAGONN(0.01)", lambda: tfcomp.DRAGONN(0.01), warm),
         ] if sgd else [],
         "plain_adam": [] if sgd else [
             ("FrozenVarianceAdam, dense", None, adam),

@@ -116,4 +116,14 @@ def test_advice_names_what_to_change():
     assert advice(tfcomp.SignSGD(), tf.keras.optimizers.SGD(3e-4, momentum=BETA)) is None
     clipped = tf.keras.optimizers.SGD(LR, momentum=BETA, global_clipnorm=1.0)
     assert "global_clipnorm" in advice(tfcomp.DGC(0.01), clipped)
-    assert advice(tfcomp.DGC(0.01, momentum=None), clipped) is None
+    assert advice(tfcomp.DGC(0.1, momentum=None), clipped) is None
+    # under SGD: the sparsifiers at ratio 0.1 after a dense warm-up; RandomK not at all
+    assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), sgd) and "warm-up" not in advice(tfcomp.TopK(0.01), sgd)
+    assert "warm-up" in advice(tfcomp.DGC(0.1), sgd, warmup_steps=0)
+    both = advice(tfcomp.DRAGONN(0.001), sgd, warmup_steps=0)
+    assert "ratio>=0.1" in both and "warm-up" in both
+    for warmup in (None, 22):
+        assert advice(tfcomp.TopK(0.1), sgd, warmup_steps=warmup) is None
+    assert "TopK, DGC and DRAGONN" in advice(tfcomp.RandomK(0.1), sgd, warmup_steps=22)
+    assert advice(tfcomp.EFSignSGD(), sgd, warmup_steps=0) is None  # it starts best without one
+    assert advice(tfcomp.PowerSGD(4), sgd, warmup_steps=0) is None

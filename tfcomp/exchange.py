@@ -125,9 +125,10 @@ class Exchange:
             self.auto.attach(optimizer)
         optimizers.bind_variance(optimizer, self)
         if self.is_plan:
-            resolved = self.configured.with_compressors(lambda c: optimizers.resolve(c, optimizer))
+            resolved = self.configured.with_compressors(
+                lambda c: optimizers.resolve(c, optimizer, self.warmup_steps))
         else:
-            resolved = optimizers.resolve(self.configured, optimizer)
+            resolved = optimizers.resolve(self.configured, optimizer, self.warmup_steps)
         if self._bound is not None and self._bound.config() != resolved.config():
             raise ValueError(f"this exchange already runs {self._bound!r} for another optimizer; "
                              f"{optimizer!r} would need {resolved!r}. Use one strategy or "
