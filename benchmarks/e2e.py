@@ -26,6 +26,7 @@ from absl import app, flags
 
 from benchmarks import compression_specs, e2e_report, prediction
 from models import registry
+from tfcomp.analysis.costs import HALF_ALLREDUCE
 from tfcomp.analysis.link_fit import fit_link
 from tfcomp.testing import netns_cluster
 from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
@@ -63,6 +64,8 @@ flags.DEFINE_float("target_fraction", 0.97, "Time to accuracy is to this fractio
 flags.DEFINE_string("output", "benchmarks/results/e2e", "Directory for runs.jsonl, e2e.md and the plots.")
 flags.DEFINE_bool("resume", True, "Skip runs already in OUTPUT/runs.jsonl (false: start the file anew).")
 flags.DEFINE_bool("report_only", False, "Only rewrite OUTPUT/e2e.md and the plots from OUTPUT/runs.jsonl.")
+flags.DEFINE_bool("repredict", False, "With --report_only: first predict every run again from its saved profile "
+                  "with this tfcomp.analysis (the measurements stay as they were recorded).")
 flags.DEFINE_bool("bfc_allocator", True, BFC_ALLOCATOR_HELP)
 flags.DEFINE_bool("predict", False, "After each model's dense run on a cluster, record a tfcomp.analysis profile "
                   "there (the dense run's Timeline trace, the cluster's probe, every compressor of the grid "
@@ -73,6 +76,28 @@ flags.DEFINE_integer("timeout_s", 900, "Per-run limit; workers still running the
 
 def _rate(link):
     return None if link == "unlimited" else link
+
+
+def _burst_bytes(link):
+    """The shaped link's token bucket: what tc tbf lets through at line rate after idle."""
+    return 0.0 if _rate(link) is None else float(netns_cluster.BURST_BYTES)
+
+
+def _predicted_ms(out, record):
+    return prediction.predicted_step_ms(out / record["profile"], record["engine"], record["workers"],
+                                        record.get("runs_with", record["compression"]), _burst_bytes(record["link"]))
+
+
+def repredict(runs_path, out):
+    """Every run with a profile predicted again (runs.jsonl rewritten)."""
+    records = load_runs(runs_path)
+    for record in records:
+        if record.get("profile") and record.get("status") == "ok":
+            try:
+                record["predicted_step_ms"] = _predicted_ms(out, record)
+            except FileNotFoundError:  # a plan file of a run's work directory, gone since
+                record["predicted_step_ms"] = None
+    runs_path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def run_key(record):
@@ -95,6 +120,7 @@ def probe(launcher, work_dir):
         link, error = fit_link(result[kind], kind, launcher.workers)
         fitted[kind] = {"alpha_us": 1e6 * link.alpha_s, "gbps": 8 * link.bandwidth_bytes_per_s / 1e9,
                         "fit_rms_relative_error": error, "samples": result[kind]}
+    fitted[HALF_ALLREDUCE] = {"samples": result[HALF_ALLREDUCE]}  # the profile's float16 allreduce extra
     return fitted
 
 
@@ -104,11 +130,10 @@ def record_profile(launcher, work_dir, model, measured, path):
     if not measured:
         raise app.UsageError("--predict needs the link probe (drop --noprobe)")
     probe_path = work_dir / "probe.json"
-    probe_path.write_text(json.dumps({"workers": launcher.workers,
-                                      **{k: measured[k]["samples"] for k in ("allreduce", "allgather")}}))
+    probe_path.write_text(json.dumps({"workers": launcher.workers, **{k: v["samples"] for k, v in measured.items()}}))
     return prediction.record_profile(launcher, dense_trace(launcher.engine, work_dir, model), FLAGS.compressors,
                                      path, work_dir / f"{model}-profile", f"{model} ({FLAGS.size})",
-                                     link_probe=probe_path)
+                                     link_probe=probe_path, sgd_momentum=registry.MODELS[model].sgd_momentum)
 
 
 def dense_trace(engine, work_dir, model):
@@ -154,7 +179,11 @@ def main(argv):
     out = pathlib.Path(FLAGS.output)
     out.mkdir(parents=True, exist_ok=True)
     runs_path = out / "runs.jsonl"
+    if FLAGS.repredict and not FLAGS.report_only:
+        raise app.UsageError("--repredict goes with --report_only")
     if FLAGS.report_only:
+        if FLAGS.repredict:
+            repredict(runs_path, out)
         e2e_report.write(load_runs(runs_path), out, FLAGS.target_fraction)
         print(f"Rewrote {out / 'e2e.md'} and the plots from {runs_path}.")
         return
@@ -205,9 +234,8 @@ def main(argv):
                         if compression == "none":
                             profiles[model] = record_profile(launcher, work_dir, model, measured, profile_paths[model])
                         if model in profiles:
-                            record["predicted_step_ms"] = prediction.predicted_step_ms(profiles[model], engine,
-                                                                                       workers, runs_with)
                             record["profile"] = str(profiles[model].relative_to(out))
+                            record["predicted_step_ms"] = _predicted_ms(out, record)
                     with open(runs_path, "a") as f:
                         f.write(json.dumps(record) + "\n")
                     print(f"[{index}/{total}] {_describe(record)}", flush=True)

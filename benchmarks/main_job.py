@@ -24,7 +24,7 @@ from benchmarks import prediction
 from benchmarks.main_job_report import table, verdict
 from models import registry
 from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
-from tfcomp.testing.netns_cluster import emulated_cluster, rate_gbps
+from tfcomp.testing.netns_cluster import BURST_BYTES, emulated_cluster, rate_gbps
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "xml", "A model of models/registry.py (python -m models.registry lists them).")
@@ -61,7 +61,7 @@ flags.DEFINE_string("timeline", None, "Each run's workers write a timeline (trac
 ENGINE_WORDS = {"tf.distribute": "MultiWorkerMirroredStrategy workers", "horovod": "Horovod ranks (Gloo)"}
 
 
-def run_all(launcher, work_dir, gbps, timeline_dir=None):
+def run_all(launcher, work_dir, gbps, timeline_dir=None, burst_bytes=0.0):
     work_dir = pathlib.Path(work_dir)
     rows = []
     for name in FLAGS.compressors:
@@ -83,9 +83,11 @@ def run_all(launcher, work_dir, gbps, timeline_dir=None):
         worker = "rank0" if FLAGS.engine == "horovod" else "worker0"
         dense_timeline = pathlib.Path(timeline_dir).resolve() / "none" if timeline_dir else work_dir / "timeline-none"
         profile = prediction.record_profile(launcher, dense_timeline / f"{worker}.trace.json", FLAGS.compressors,
-                                            work_dir / "profile.json", work_dir / "profile", FLAGS.model)
+                                            work_dir / "profile.json", work_dir / "profile", FLAGS.model,
+                                            sgd_momentum=registry.MODELS[FLAGS.model].sgd_momentum)
         for row in rows:
-            row["predicted_ms"] = prediction.predicted_step_ms(profile, FLAGS.engine, FLAGS.workers, row["compression"])
+            row["predicted_ms"] = prediction.predicted_step_ms(profile, FLAGS.engine, FLAGS.workers, row["compression"],
+                                                               burst_bytes)
     return rows
 
 
@@ -139,7 +141,8 @@ def main(argv):
             with emulated_cluster(FLAGS.workers, FLAGS.link_rate) as cluster:
                 results[FLAGS.link_rate] = run_all(
                     Launcher(FLAGS.engine, FLAGS.workers, cluster=cluster, timeout_s=400, env=env),
-                    f"{work_dir}/{FLAGS.link_rate}", link_gbps, FLAGS.timeline and f"{FLAGS.timeline}/{FLAGS.link_rate}")
+                    f"{work_dir}/{FLAGS.link_rate}", link_gbps, FLAGS.timeline and f"{FLAGS.timeline}/{FLAGS.link_rate}",
+                    burst_bytes=BURST_BYTES)
             print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} on an emulated cluster, each link "
                         f"{FLAGS.link_rate}/s both ways, {model}:", results[FLAGS.link_rate]))
     print("\n" + verdict(f"{FLAGS.model} ({FLAGS.size})", results, FLAGS.accuracy_points))

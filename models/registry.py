@@ -18,6 +18,7 @@ import tensorflow as tf
 from models import bert, digits, extreme, markov_lm, resnet, teacher, vgg
 
 MIB = 2 ** 20
+SGD_MOMENTUM = 0.9  # what every model but the encoder trains with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,12 +66,17 @@ class Spec:
     def loss(self):
         return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
+    @property
+    def sgd_momentum(self):
+        """The momentum of the SGD the model trains with; None under Adam."""
+        return None if self.optimizer_name == "adam" else SGD_MOMENTUM
+
     def optimizer(self, learning_rate=None):
         """SGD with momentum 0.9, or Adam for the encoder (plain SGD leaves it at chance)."""
         learning_rate = self.learning_rate if learning_rate is None else learning_rate
         if self.optimizer_name == "adam":
             return tf.keras.optimizers.Adam(learning_rate)
-        return tf.keras.optimizers.SGD(learning_rate, momentum=0.9)
+        return tf.keras.optimizers.SGD(learning_rate, momentum=self.sgd_momentum)
 
     def compile(self, model, optimizer, **kwargs):
         model.compile(optimizer=optimizer, loss=self.loss(), metrics=[self.metric], **kwargs)

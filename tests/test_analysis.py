@@ -1,6 +1,7 @@
 """tfcomp.analysis: the papers' invariants for the closed-form model and the what-if
 simulator (seed-notes.md 1.9 and 3.5), their agreement, and the profile format.
 No TensorFlow: these run in about a second."""
+import dataclasses
 import json
 import math
 import os
@@ -13,7 +14,7 @@ from tfcomp.analysis import costs, synthetic
 from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, Link, Transfer
 from tfcomp.analysis.fusion_policies import BucketFusion, CycleFusion
 from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.simulator import TensorCompression, simulate, simulate_profile
+from tfcomp.analysis.simulator import TensorCompression, finite_check_s, simulate, simulate_profile
 from tfcomp.analysis.tables import SizeTable
 
 MB = 1e6
@@ -242,6 +243,36 @@ def test_simulator_matches_the_bucketed_syncsgd_model_with_overlap(spacing_s):
     assert closed == pytest.approx(backward + comm if spacing_s > comm else k * comm, rel=1e-9)
 
 
+def test_a_token_bucket_lets_its_burst_through_and_refills_while_the_link_is_idle():
+    """tc tbf's bucket: a transfer within the burst pays only its latency, one beyond it the
+    excess; the bucket refills at one second per second, and a bigger one never slows a step."""
+    p, link = 2, Link(1e-3, 12.5e6)  # 100 Mbit/s
+    shaped = costs.ring_allreduce(1 * MB, p, link) - costs.ring_allreduce(0, p, link)  # 80 ms
+    model = one_gradient(1 * MB)
+    plain = simulate(model, p, link)
+    for burst_s, through in [(0.0, 0.0), (0.02, 0.02), (0.08, shaped), (1.0, shaped)]:
+        result = simulate(model, p, link, burst_s=burst_s)
+        assert result.sync_s == pytest.approx(plain.sync_s - through, rel=1e-12), burst_s
+    # two gradients 50 ms apart: the second finds the 30 ms bucket refilled to 30 ms, not 50
+    small = costs.ring_allreduce(0.25 * MB, p, link) - costs.ring_allreduce(0, p, link)  # 20 ms
+    grads = [GradientProfile("a", 0.25 * MB, 0.0), GradientProfile("b", 0.25 * MB, 0.05)]
+    two = ModelProfile("two", 0.0, 0.05, 0.0, grads)
+    result = simulate(two, p, link, fusion=BucketFusion(0.25 * MB), burst_s=0.03)
+    assert result.sync_s == pytest.approx(0.05 + costs.ring_allreduce(0, p, link), rel=1e-9)
+    assert small < 0.03
+    # back to back, the second pays what the first left short
+    grads = [GradientProfile("a", 0.25 * MB, 0.0), GradientProfile("b", 0.25 * MB, 0.0)]
+    result = simulate(ModelProfile("two", 0.0, 1e-3, 0.0, grads), p, link, fusion=BucketFusion(0.25 * MB),
+                      burst_s=0.03)
+    alpha = costs.ring_allreduce(0, p, link)
+    assert result.sync_s == pytest.approx(2 * alpha + 2 * small - 0.03, rel=1e-9)
+    model = resnet50_like()
+    times = [simulate(model, p, link, burst_s=b).iteration_s for b in (0.0, 0.01, 0.1, 1.0)]
+    assert times == sorted(times, reverse=True) and times[0] > times[-1]
+    with pytest.raises(ValueError, match="burst_s"):
+        simulate(model, p, link, burst_s=-1.0)
+
+
 def test_horovod_cycle_policy_dispatches_on_the_5ms_cycle_in_buffers_of_at_most_64mib():
     grads = [GradientProfile("a", 10 * MIB, 0.001), GradientProfile("b", 60 * MIB, 0.004),
              GradientProfile("c", 400 * MIB, 0.004), GradientProfile("d", 1 * MIB, 0.006),
@@ -289,6 +320,58 @@ def test_profile_round_trips_through_json(tmp_path):
     assert slow.iteration_s > simulate_profile(loaded, 8).iteration_s
 
 
+def test_the_finite_check_gates_the_exchange_after_the_scan_and_one_flag_allreduce(tmp_path):
+    """tfcomp's exchange sends nothing before every worker's gradients are known finite:
+    backward pass, the scan of every gradient (measured per size), one 4-byte allreduce."""
+    old = small_profile()
+    assert old.finite_scan is None and "finite_scan" not in old.to_dict()  # profiles before it still load
+    with pytest.raises(ValueError, match="no finite_scan"):
+        simulate_profile(old, 8, compressor="PowerSGD", finite_check=True)
+    scan = SizeTable([(1e4, 1e-5), (1e7, 4e-3)])
+    profile = Profile(old.model, old.allreduce, old.allgather, old.addest, old.compressors, scan)
+    path = tmp_path / "profile.json"
+    profile.save(path)
+    loaded = Profile.load(path)
+    assert loaded.finite_scan.points() == scan.points() and loaded.to_dict() == profile.to_dict()
+    expected = (profile.model.backward_s + sum(scan.seconds_at(g.nbytes) for g in profile.model.gradients)
+                + costs.ring_allreduce(4, 8, profile.allreduce))
+    assert finite_check_s(profile, 8, profile.allreduce) == pytest.approx(expected, rel=1e-12)
+    assert finite_check_s(profile, 1, profile.allreduce) < expected  # one worker allreduces nothing
+    plain = simulate_profile(profile, 8, compressor="PowerSGD")
+    checked = simulate_profile(profile, 8, compressor="PowerSGD", finite_check=True)
+    assert checked.sync_s >= expected and checked.iteration_s > plain.iteration_s
+    # every gradient at the backward pass's end, nothing overlapping: the gate adds exactly its time
+    late = dataclasses.replace(profile, model=profile.model.ready_at_backward_end())
+    gate = finite_check_s(late, 8, late.allreduce) - late.model.backward_s
+    assert (simulate_profile(late, 8, compressor="PowerSGD", finite_check=True).sync_s
+            == pytest.approx(simulate_profile(late, 8, compressor="PowerSGD").sync_s + gate, rel=1e-12))
+
+
+def test_a_float16_allreduce_pays_the_engines_extra_sum_cost_and_a_float32_one_does_not(tmp_path):
+    model, p, link = one_gradient(8 * MB), 2, Link(1e-4, 1.25e9)
+    extra = SizeTable([(1e4, 1e-5), (1e7, 5e-3)])
+    half = TensorCompression(costs.fp16_transfers(2 * MB))
+    full = TensorCompression((Transfer(ALLREDUCE, 4 * MB),))
+    for tc, paid in [(half, extra.seconds_at(4 * MB)), (full, 0.0)]:
+        plain = simulate(model, p, link, compression={"w": tc}, overlap=False)
+        slow = simulate(model, p, link, compression={"w": tc}, overlap=False, half_extra=extra)
+        assert slow.sync_s == pytest.approx(plain.sync_s + paid, rel=1e-12)
+    # the profile keeps the extra and which payloads are float16
+    old = small_profile()
+    payloads = {g: [Transfer(ALLREDUCE, 1000.0, half=True)] for g in old.compressors["PowerSGD"].payloads}
+    fp16 = CompressorProfile("FP16", SizeTable.zero(), SizeTable.zero(), payloads)
+    profile = Profile(old.model, old.allreduce, old.allgather, old.addest, {"FP16": fp16}, None, extra)
+    profile.save(tmp_path / "p.json")
+    loaded = Profile.load(tmp_path / "p.json")
+    assert loaded.to_dict() == profile.to_dict() and loaded.half_allreduce_extra.points() == extra.points()
+    assert all(t.half for ts in loaded.compressors["FP16"].payloads.values() for t in ts)
+    without = Profile(old.model, old.allreduce, old.allgather, old.addest, {"FP16": fp16})
+    assert (simulate_profile(loaded, 2, compressor="FP16").iteration_s
+            > simulate_profile(without, 2, compressor="FP16").iteration_s)
+    with pytest.raises(ValueError, match="only an allreduce"):
+        Transfer(ALLGATHER, 10.0, half=True)
+
+
 def test_profile_from_another_model_or_without_the_compressor_is_refused():
     profile = small_profile()
     mine = [(g.name, g.nbytes) for g in profile.model.gradients]
@@ -328,6 +411,8 @@ def _edited(edit):
     (lambda d: d["compressors"]["PowerSGD"]["payloads"].update({"layer0/kernel": [["scatter", 4]]}),
      r"payloads.layer0/kernel\[0\]: expected \[collective, bytes\]"),
     (lambda d: d["compressors"]["PowerSGD"].pop("encode"), "compressors.PowerSGD: missing field 'encode'"),
+    (lambda d: d["compressors"]["PowerSGD"]["payloads"].update({"layer0/kernel": [["allgather", 4, "float16"]]}),
+     r"layer0/kernel\[0\]: expected \[collective, bytes\]"),
 ])
 def test_malformed_profiles_fail_with_the_field_named(edit, message):
     with pytest.raises(ValueError, match=message):

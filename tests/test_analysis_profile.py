@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.analysis import cli, costs, measure
+from tfcomp.analysis import cli, costs, link_probe, measure
+from tfcomp.analysis.costs import HALF_ALLREDUCE
 from tfcomp.analysis.predict import predict
 from tfcomp.analysis.profile import Profile
 from tfcomp.callbacks import Timeline
@@ -29,8 +30,24 @@ from tfcomp.testing.local_cluster import run_workers
 ])
 def test_transfers_follow_the_cost_models_forms(compressor, shape, expected):
     got = measure.transfers(compressor, shape)
-    assert [t.collective for t in got] == [t.collective for t in expected]
+    assert [(t.collective, t.half) for t in got] == [(t.collective, t.half) for t in expected]
     assert [t.nbytes for t in got] == pytest.approx([t.nbytes for t in expected], rel=1e-6)
+
+
+def test_a_float16_gradient_sent_dense_is_a_float16_allreduce():
+    assert measure.transfers(tfcomp.PowerSGD(2), (32,), tf.float16) == (costs.Transfer("allreduce", 64, half=True),)
+    assert not measure.transfers(tfcomp.PowerSGD(2), (32,), tf.float32)[0].half
+
+
+def test_the_float16_allreduce_extra_is_what_the_probe_timed_beyond_float32_never_below_0():
+    samples = {"allreduce": [[4096, 1e-4], [65536, 4e-4], [1 << 20, 4e-3]],
+               HALF_ALLREDUCE: [[4096, 0.9e-4], [65536, 9e-4], [1 << 20, 12e-3]]}
+    extra = link_probe.half_extra(samples)
+    assert list(extra.sizes) == [4096, 65536, 1 << 20]
+    assert list(extra.seconds) == pytest.approx([0.0, 5e-4, 8e-3])
+    assert link_probe.half_extra({"allreduce": samples["allreduce"]}) is None  # a probe saved before
+    with pytest.raises(ValueError, match="none of the float32"):
+        link_probe.half_extra({"allreduce": [[10, 1e-4]], HALF_ALLREDUCE: [[20, 1e-4]]})
 
 
 def test_codec_times_are_measured_and_zero_where_the_compressor_does_not_apply():
@@ -52,6 +69,19 @@ def test_compressor_specs_are_parsed_or_refused():
         measure.parse_compressor("DGC:0.1")
     with pytest.raises(ValueError, match="'TopK:rnak=2'"):
         measure.parse_compressor("TopK:rnak=2")
+
+
+def test_under_sgd_the_compressors_are_measured_with_the_velocity_they_take_over():
+    measured = measure.under_sgd({"DGC": tfcomp.DGC(0.01), "EFSignSGD": tfcomp.EFSignSGD(),
+                                  "PowerSGD": tfcomp.PowerSGD(2), "TopK:n": tfcomp.TopK(0.1, momentum=None)}, 0.9)
+    for spec in ("DGC", "EFSignSGD"):
+        assert measured[spec].momentum == 0.9
+        assert {"velocity", "handed_off"} <= set(measured[spec].state_specs((64, 64), tf.float32)), spec
+    assert "velocity" not in measured["TopK:n"].state_specs((64, 64), tf.float32)  # momentum=None stays so
+    assert isinstance(measured["PowerSGD"], tfcomp.PowerSGD)
+    assert measure.under_sgd({"DGC": tfcomp.DGC(0.01)}, 0.0)["DGC"].momentum == "auto"  # SGD without momentum
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        measure.under_sgd({"DGC": tfcomp.DGC(0.01)}, 1.0)
 
 
 def _trace(tmp_path):
@@ -96,8 +126,32 @@ def test_a_profile_recorded_from_a_timeline_predicts(tmp_path):
     assert 8 * profile.allreduce.bandwidth_bytes_per_s / 1e9 == pytest.approx(1.0, rel=1e-3)
     assert profile.allreduce.alpha_s == pytest.approx(1e-4, rel=1e-3)
     assert sorted(profile.compressors) == ["EFSignSGD", "PowerSGD:rank=2"]
+    scan = profile.finite_scan.points()  # the exchange's finite check, from 4 KiB to the largest gradient
+    assert scan[0][0] == 4096 and scan[-1][0] >= max(g.nbytes for g in profile.model.gradients)
+    assert all(seconds > 0 for _, seconds in scan)
     results = predict(profile, 2, ["EFSignSGD", "PowerSGD:rank=2"])
     assert all(r.iteration_s >= profile.model.single_step_s for r in results.values())
+
+
+def test_with_a_saved_probe_only_the_launchers_rank_0_saves(tmp_path, monkeypatch):
+    """Both workers once wrote the file at once (a saved probe names no rank) and left it corrupt."""
+    trace, _ = _trace(tmp_path)
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({k: v for k, v in _probe().items() if k != "rank"}))
+    cases = [("horovod", {"HOROVOD_RANK": "1"}, False), ("horovod", {"HOROVOD_RANK": "0"}, True),
+             ("tf.distribute", {"TF_CONFIG": json.dumps({"task": {"type": "worker", "index": 1}})}, False),
+             ("tf.distribute", {"TF_CONFIG": json.dumps({"task": {"type": "worker", "index": 0}})}, True)]
+    for i, (engine, env, saves) in enumerate(cases):
+        for key in ("HOROVOD_RANK", "TF_CONFIG"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        out = tmp_path / f"p{i}.json"
+        code, _, err = run_cli("profile", f"--timeline={trace}", f"--link_probe={probe}", "--runs=1",
+                               f"--engine={engine}", f"--output={out}")
+        assert code == 0, err
+        assert out.exists() == saves, (engine, env)
+    assert not list(tmp_path.glob(".*.tmp"))  # saved through a temporary file, renamed into place
 
 
 @pytest.mark.parametrize("args, message", [
@@ -105,6 +159,8 @@ def test_a_profile_recorded_from_a_timeline_predicts(tmp_path):
     (["--timeline=/no/such.json", "--output=x.json"], "cannot read timeline"),
     (["--timeline={trace}", "--output=x.json", "--link_probe={probe}", "--compressors=Zip"], "no tfcomp compressor"),
     (["--timeline={trace}", "--output=x.json", "--link_probe=/no/probe.json"], "cannot read link probe"),
+    (["--timeline={trace}", "--output=x.json", "--link_probe={probe}", "--compressors=DGC", "--sgd_momentum=-0.5"],
+     "--sgd_momentum: a momentum in [0, 1)"),
 ])
 def test_profile_user_errors_are_one_line(tmp_path, args, message):
     trace, _ = _trace(tmp_path)

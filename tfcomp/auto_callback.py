@@ -12,7 +12,7 @@ import zlib
 import tensorflow as tf
 from absl import logging
 
-from tfcomp import keras_in_use
+from tfcomp import keras_in_use, optimizers
 from tfcomp.auto import DENSE, PLANNED, PROFILING
 
 
@@ -130,8 +130,13 @@ class AutoCallback(tf.keras.callbacks.Callback):
         if missing:
             raise RuntimeError(f"tfcomp.Auto: the Timeline recorded gradients of no trainable variable: {missing[:3]}")
         gradients = [(g.name, tuple(variables[g.name].shape), variables[g.name].dtype) for g in model.gradients]
-        profile = measure.profile(model, gradients, self._links(), auto.candidates, workers.num_workers, auto.runs,
-                                  measured=self._codecs).averaged(workers.mean, order=list(variables))
+        links, half_extra = self._links()
+        # Timed as the plan will run them: momentum="auto" resolved against this optimizer.
+        candidates = {label: optimizers.resolve(c, self.model.optimizer, advise=False)
+                      for label, c in auto.candidates.items()}
+        profile = measure.profile(model, gradients, links, candidates, workers.num_workers, auto.runs,
+                                  measured=self._codecs, half_extra=half_extra).averaged(workers.mean,
+                                                                                         order=list(variables))
         dense_s = workers.mean([statistics.median(cycle["dense"])])[0]
         result = planner.plan(profile, workers.num_workers)
         choices = {name: label for name, label in result.choices.items() if label is not None}
@@ -202,15 +207,16 @@ class AutoCallback(tf.keras.callbacks.Callback):
                                          min_compress_elements=exchange.min_compress_elements)
 
     def _links(self):
+        """({collective: Link}, the float16 allreduce's extra cost: None for a given network)."""
         # pylint: disable=import-outside-toplevel
         from tfcomp.analysis import link_probe
         from tfcomp.analysis.costs import COLLECTIVES, Link
         auto, workers = self.auto, self.auto.workers
         if auto.network is not None:
             link = Link.from_gbit(auto.network.bandwidth_gbps, alpha_s=auto.network.latency_us * 1e-6)
-            return {kind: link for kind in COLLECTIVES}
+            return {kind: link for kind in COLLECTIVES}, None
         samples = link_probe.probe(workers.engine, auto.probe_max_bytes, auto.runs, strategy=workers.strategy)
-        return link_probe.fitted_links(samples, workers.num_workers)
+        return link_probe.fitted_links(samples, workers.num_workers), link_probe.half_extra(samples)
 
     # ---- checking and drift
 

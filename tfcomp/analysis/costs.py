@@ -91,16 +91,24 @@ def collective_s(collective, nbytes, p, link):
     return _UNCHECKED_COSTS[collective](nbytes, p, link)
 
 
+HALF = "float16"  # the payload dtype whose allreduce the engine may sum more slowly (Profile.half_allreduce_extra)
+HALF_ALLREDUCE = "allreduce_float16"  # the link probe's samples of it
+
+
 @dataclasses.dataclass(frozen=True)
 class Transfer:
-    """One collective call: its kind and the bytes each worker puts in."""
+    """One collective call: its kind and the bytes each worker puts in; half: an
+    allreduce of float16 payloads."""
     collective: str
     nbytes: float
+    half: bool = False
 
     def __post_init__(self):
         if self.collective not in COLLECTIVES:
             raise ValueError(f"collective must be one of {COLLECTIVES}, got {self.collective!r}")
         check_number(self.nbytes, f"{self.collective} payload bytes")
+        if self.half and self.collective != ALLREDUCE:
+            raise ValueError("only an allreduce sums float16 payloads (half=True)")
 
     def cost(self, p, link, allgather_link=None):
         """Seconds on the wire; allgather_link, where given, prices allgathers."""
@@ -150,8 +158,8 @@ def dense_transfers(elements):
 
 
 def fp16_transfers(elements):
-    """FP16: half the bytes, still allreduce-compatible."""
-    return (Transfer(ALLREDUCE, elements * 2),)
+    """FP16: half the bytes, still allreduce-compatible (a float16 allreduce)."""
+    return (Transfer(ALLREDUCE, elements * 2, half=True),)
 
 
 def randomk_transfers(elements, keep_fraction):

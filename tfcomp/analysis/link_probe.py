@@ -7,8 +7,9 @@ Every worker must run the probe at once, as they run a training step.
 """
 import tensorflow as tf
 
-from tfcomp.analysis.costs import COLLECTIVES
+from tfcomp.analysis.costs import ALLREDUCE, COLLECTIVES, HALF_ALLREDUCE
 from tfcomp.analysis.link_fit import fit_link
+from tfcomp.analysis.tables import SizeTable
 from tfcomp.analysis.timing import median_s
 
 ENGINES = ("tf.distribute", "horovod")
@@ -26,8 +27,8 @@ def sizes(max_bytes):
 def _tf_distribute(strategy=None):
     strategy = strategy or tf.distribute.MultiWorkerMirroredStrategy()
 
-    def make(kind, elements):
-        value = tf.ones([elements], tf.float32)
+    def make(kind, elements, dtype=tf.float32):
+        value = tf.ones([elements], dtype)
 
         @tf.function
         def step():
@@ -47,8 +48,8 @@ def _horovod():
     import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
     hvd.init()
 
-    def make(kind, elements):
-        value = tf.ones([elements], tf.float32)
+    def make(kind, elements, dtype=tf.float32):
+        value = tf.ones([elements], dtype)
         op = (lambda: hvd.allreduce(value, op=hvd.Sum)) if kind == "allreduce" else (lambda: hvd.allgather(value))
         return lambda: op().numpy()
 
@@ -56,7 +57,8 @@ def _horovod():
 
 
 def probe(engine, max_bytes=4 << 20, runs=7, strategy=None):
-    """{"rank", "workers", "allreduce": [(bytes per worker, median seconds)], "allgather": [...]}.
+    """{"rank", "workers", "allreduce": [(bytes per worker, median seconds)], "allgather": [...],
+    "allreduce_float16": [...] (the allreduce of float16 payloads of the same bytes)}.
     strategy: the tf.distribute strategy this process trains with (default: a new
     MultiWorkerMirroredStrategy, for a process that only probes)."""
     if engine not in ENGINES:
@@ -65,7 +67,20 @@ def probe(engine, max_bytes=4 << 20, runs=7, strategy=None):
     result = {"rank": rank, "workers": workers}
     for kind in COLLECTIVES:
         result[kind] = [(4 * n, median_s(make(kind, n), runs)) for n in sizes(max_bytes)]
+    result[HALF_ALLREDUCE] = [(4 * n, median_s(make(ALLREDUCE, 2 * n, tf.float16), runs)) for n in sizes(max_bytes)]
     return result
+
+
+def half_extra(samples):
+    """What an allreduce of float16 costs beyond one of float32 of the same bytes (never
+    below 0), per size, from probe()'s samples; None for a probe without float16 samples."""
+    if HALF_ALLREDUCE not in samples:
+        return None
+    full = dict((float(n), float(t)) for n, t in samples[ALLREDUCE])
+    extra = [(float(n), max(0.0, float(t) - full[float(n)])) for n, t in samples[HALF_ALLREDUCE] if float(n) in full]
+    if not extra:
+        raise ValueError("the float16 allreduce was probed at none of the float32 allreduce's sizes")
+    return SizeTable(extra, "float16 allreduce extra")
 
 
 def fitted_links(samples, workers):

@@ -53,6 +53,16 @@ def parse_compressor(spec):
         raise ValueError(f"{spec!r}: {e}") from None
 
 
+def under_sgd(compressors, momentum):
+    """{spec: compressor} as each runs under Keras SGD with this momentum (tfcomp.optimizers.resolve:
+    momentum='auto' takes the optimizer's over, and compresses the velocity)."""
+    from tfcomp import optimizers  # pylint: disable=import-outside-toplevel
+    if not 0 <= momentum < 1:
+        raise ValueError(f"a momentum in [0, 1), got {momentum!r}")
+    sgd = tf.keras.optimizers.SGD(momentum=momentum)
+    return {spec: optimizers.resolve(compressor, sgd, advise=False) for spec, compressor in compressors.items()}
+
+
 _NOT_COMPRESSORS = ("Collective", "Compressor", "Payload", "PayloadSpec", "Round", "TensorContext", "resolve")
 
 
@@ -65,19 +75,21 @@ def sent_dense(compressor, shape, dtype):
 
 def transfers(compressor, shape, dtype=tf.float32):
     """What one worker sends for a gradient of this shape: a Transfer per round and
-    collective kind, scaled to the compressor's per-step payload_bytes (ACP-SGD
-    alternates two factors); dense allreduce where the compressor does not take it."""
+    collective kind (float16 allreduce payloads apart: the engine may sum them more
+    slowly), scaled to the compressor's per-step payload_bytes (ACP-SGD alternates two
+    factors); dense allreduce where the compressor does not take it."""
     dtype = tf.as_dtype(dtype)
     if sent_dense(compressor, shape, dtype):
-        return (Transfer("allreduce", float(np.prod(shape, dtype=np.int64)) * dtype.size),)
+        return (Transfer("allreduce", float(np.prod(shape, dtype=np.int64)) * dtype.size, half=dtype == tf.float16),)
     out = []
     for specs in compressor.payload_specs(shape, dtype):
         by_kind = {}
         for spec in specs:
-            by_kind[spec.collective.value] = by_kind.get(spec.collective.value, 0) + spec.nbytes
-        out += [Transfer(kind, nbytes) for kind, nbytes in by_kind.items()]
+            key = (spec.collective.value, spec.collective is Collective.ALLREDUCE and spec.dtype == tf.float16)
+            by_kind[key] = by_kind.get(key, 0) + spec.nbytes
+        out += [Transfer(kind, nbytes, half) for (kind, half), nbytes in by_kind.items()]
     scale = compressor.payload_bytes(shape, dtype) / sum(t.nbytes for t in out)
-    return tuple(Transfer(t.collective, t.nbytes * scale) for t in out)
+    return tuple(Transfer(t.collective, t.nbytes * scale, t.half) for t in out)
 
 
 def _as_result(payload, num_workers):
@@ -163,11 +175,37 @@ def addest(max_bytes, runs=7):
         n *= 4
 
 
-def profile(model, gradients, links, compressors, num_workers, runs=7, say=None, measured=None):
+def finite_scan(max_bytes, runs=7):
+    """Seconds of tfcomp's exchange's finite check of one float32 gradient (exchange.all_workers_finite:
+    is_finite reduced to one flag), at powers of 4 from 4 KiB to max_bytes: timestamps inside one
+    compiled call, as the exchange runs it among its other ops (a call of its own would add the
+    call's dispatch, about 0.15 ms, to every gradient)."""
+    points, n = [], 1024
+    with _control_dependencies_kept():
+        while True:
+            x = tf.ones([n], tf.float32)
+
+            @tf.function
+            def timed(g):
+                start = tf.timestamp()
+                with tf.control_dependencies([start]):
+                    flag = tf.reduce_all(tf.math.is_finite(tf.identity(g)))
+                with tf.control_dependencies([flag]):
+                    return tf.timestamp() - start
+
+            timed(x)
+            points.append((4.0 * n, statistics.median(float(timed(x)) for _ in range(runs))))
+            if 4 * n >= max_bytes:
+                return SizeTable(points, "finite scan")
+            n *= 4
+
+
+def profile(model, gradients, links, compressors, num_workers, runs=7, say=None, measured=None, half_extra=None):
     """The Profile of a model (a ModelProfile) with gradients [(name, shape, dtype)] in its
-    order, over links ({collective: Link}): every compressor of {spec: compressor}
-    measured on the gradients' shapes (unless measured, {spec: CompressorProfile}, has it;
-    what is measured is added there), and the vector-add cost."""
+    order, over links ({collective: Link}; half_extra: the float16 allreduce's extra cost,
+    link_probe.half_extra): every compressor of {spec: compressor} measured on the
+    gradients' shapes (unless measured, {spec: CompressorProfile}, has it; what is
+    measured is added there), the vector-add cost and the finite check's."""
     profiles = measured if measured is not None else {}
     for spec, compressor in compressors.items():
         if spec in profiles:
@@ -177,4 +215,4 @@ def profile(model, gradients, links, compressors, num_workers, runs=7, say=None,
         profiles[spec] = compressor_profile(spec, compressor, gradients, num_workers, runs)
     largest = max(g.nbytes for g in model.gradients)
     return Profile(model, links[ALLREDUCE], links[ALLGATHER], addest(largest, runs),
-                   {spec: profiles[spec] for spec in compressors})
+                   {spec: profiles[spec] for spec in compressors}, finite_scan(largest, runs), half_extra)

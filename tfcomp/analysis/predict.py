@@ -44,9 +44,12 @@ def define_flags(fv):
 
 def predict(profile, workers, compressors=(), *, link=None, allgather_link=None, fusion=None):
     """{'dense': SimResult, compressor: SimResult, ...}: one step on `workers` workers
-    (links: the profile's measured ones unless given)."""
+    (links: the profile's measured ones unless given). Dense is the engine's own
+    allreduce; a compressor runs in tfcomp's exchange, behind its finite check where
+    the profile measured that."""
     return {name: simulate_profile(profile, workers, compressor=None if name == opts.DENSE else name, link=link,
-                                   allgather_link=allgather_link, fusion=fusion)
+                                   allgather_link=allgather_link, fusion=fusion,
+                                   finite_check=name != opts.DENSE and profile.finite_scan is not None)
             for name in (opts.DENSE, *compressors)}
 
 

@@ -1,15 +1,18 @@
 """The inputs of the analysis tools, measured once and kept as one versioned JSON file:
 the model (forward, backward and apply times; each gradient's size and ready time in
 backward order), the links (alpha and bandwidth per collective), the vector-add cost
-(Zhang's AddEst, seed-notes.md 3.1) and each compressor's encode and decode time per
-size and payload per gradient (seed-notes.md 1.3-1.4)."""
+(Zhang's AddEst, seed-notes.md 3.1), the cost of tfcomp's exchange's finite check per
+size, and each compressor's encode and decode time per size and payload per gradient
+(seed-notes.md 1.3-1.4)."""
 import dataclasses
 import json
 import math
-from typing import Dict, Tuple
+import os
+import pathlib
+from typing import Dict, Optional, Tuple
 
 from tfcomp.analysis.checks import check_number, is_number
-from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, COLLECTIVES, Link, Transfer
+from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, COLLECTIVES, HALF, Link, Transfer
 from tfcomp.analysis.tables import SizeTable
 
 FORMAT = "tfcomp.analysis.profile"
@@ -121,6 +124,12 @@ class Profile:
     allgather: Link
     addest: SizeTable
     compressors: Dict[str, CompressorProfile] = dataclasses.field(default_factory=dict)
+    # Seconds to check a gradient of a size for NaN and Inf (tfcomp's exchange does, every step);
+    # None in profiles recorded before tfcomp measured it.
+    finite_scan: Optional[SizeTable] = None
+    # Seconds an allreduce of float16 payloads costs beyond one of float32, per float16 bytes, measured
+    # with the engine's collectives (link_probe.half_extra); None in profiles recorded before.
+    half_allreduce_extra: Optional[SizeTable] = None
 
     def __post_init__(self):
         names = {g.name for g in self.model.gradients}
@@ -150,8 +159,12 @@ class Profile:
             "links": {c: {"alpha_s": self.link(c).alpha_s,
                           "bandwidth_bytes_per_s": self.link(c).bandwidth_bytes_per_s} for c in COLLECTIVES},
             "addest": self.addest.points(),
+            **({"finite_scan": self.finite_scan.points()} if self.finite_scan is not None else {}),
+            **({"half_allreduce_extra": self.half_allreduce_extra.points()}
+               if self.half_allreduce_extra is not None else {}),
             "compressors": {name: {"encode": c.encode.points(), "decode": c.decode.points(),
-                                   "payloads": {g: [[t.collective, t.nbytes] for t in transfers]
+                                   "payloads": {g: [[t.collective, t.nbytes, *([HALF] if t.half else [])]
+                                                    for t in transfers]
                                                 for g, transfers in c.payloads.items()}}
                             for name, c in self.compressors.items()},
         }
@@ -178,9 +191,14 @@ class Profile:
         return _parse(data)
 
     def save(self, path):
-        with open(path, "w", encoding="utf-8") as f:
+        """Written to a temporary file beside path and renamed into place: a reader never
+        sees half a profile."""
+        path = pathlib.Path(path)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(temporary, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, indent=1)
             f.write("\n")
+        os.replace(temporary, path)
 
     @classmethod
     def load(cls, path):
@@ -237,13 +255,18 @@ def _parse(data):
         compressors[name] = CompressorProfile(name, c.table("encode"), c.table("decode"), payloads)
     return top.build(Profile, model.build(ModelProfile, model.get("name", str), model.number("forward_s"),
                                           model.number("backward_s"), model.number("apply_s"), gradients),
-                     parsed_links[ALLREDUCE], parsed_links[ALLGATHER], top.table("addest"), compressors)
+                     parsed_links[ALLREDUCE], parsed_links[ALLGATHER], top.table("addest"), compressors,
+                     top.table("finite_scan") if "finite_scan" in data else None,
+                     top.table("half_allreduce_extra") if "half_allreduce_extra" in data else None)
 
 
 def _transfer(pair, where):
-    if not isinstance(pair, list) or len(pair) != 2 or pair[0] not in COLLECTIVES or not is_number(pair[1]):
-        raise ValueError(f"{where}: expected [collective, bytes] with collective one of {COLLECTIVES}, got {pair!r}")
-    return Transfer(pair[0], pair[1])
+    """[collective, bytes], or [allreduce, bytes, float16] for float16 payloads."""
+    if (not isinstance(pair, list) or len(pair) not in (2, 3) or pair[0] not in COLLECTIVES
+            or not is_number(pair[1]) or (len(pair) == 3 and (pair[2] != HALF or pair[0] != ALLREDUCE))):
+        raise ValueError(f"{where}: expected [collective, bytes] with collective one of {COLLECTIVES}, or "
+                         f"[{ALLREDUCE!r}, bytes, {HALF!r}], got {pair!r}")
+    return Transfer(pair[0], pair[1], half=len(pair) == 3)
 
 
 class _Fields:

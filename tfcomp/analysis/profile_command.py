@@ -13,6 +13,7 @@ one JSON file for predict and whatif.
 This subcommand needs TensorFlow; predict and whatif do not.
 """
 import json
+import os
 
 from absl import app, flags
 
@@ -30,8 +31,9 @@ def define_flags(fv):
                       "knobs ('EFSignSGD', 'PowerSGD:rank=4', 'DGC:ratio=0.01'); the profile names them so.",
                       flag_values=fv)
     flags.DEFINE_string("link_probe", None, "A saved link probe (JSON with 'workers', 'allreduce' and 'allgather' "
-                        "[(bytes, seconds)] samples, as benchmarks/link_probe_worker.py writes); default: probe "
-                        "now with --engine, which every worker must run at once.", flag_values=fv)
+                        "[(bytes, seconds)] samples, and optionally 'allreduce_float16' ones, as "
+                        "benchmarks/link_probe_worker.py writes); default: probe now with --engine, which every "
+                        "worker must run at once.", flag_values=fv)
     flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"], "Whose collectives the probe "
                       "times (without --link_probe).", flag_values=fv)
     flags.DEFINE_integer("probe_max_bytes", 4 << 20, "Largest probe message per worker, in bytes.", flag_values=fv)
@@ -42,6 +44,19 @@ def define_flags(fv):
                       flag_values=fv)
     flags.DEFINE_string("name", None, "The model's name in the profile (default: the trace's worker).",
                         flag_values=fv)
+    flags.DEFINE_float("sgd_momentum", None, "The model trains with Keras SGD and this momentum: the compressors "
+                       "whose momentum is 'auto' (EFSignSGD and the sparsifiers) are measured as they run under "
+                       "it, keeping the velocity they take over from the optimizer. Default: measured as under "
+                       "any other optimizer.", flag_values=fv)
+
+
+def _launched_rank(engine):
+    """This worker's rank as its launcher set it (a saved probe names none): Horovod's
+    HOROVOD_RANK, or TF_CONFIG's task index; 0 for a process started alone."""
+    if engine == "horovod":
+        return int(os.environ.get("HOROVOD_RANK", "0"))
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    return int(task.get("index", 0))
 
 
 def _read_probe(path):
@@ -90,6 +105,11 @@ def run(fv, out):
         compressors = {spec: measure.parse_compressor(spec) for spec in fv.compressors}
     except ValueError as e:
         raise app.UsageError(f"--compressors: {e}") from None
+    if fv.sgd_momentum is not None:
+        try:
+            compressors = measure.under_sgd(compressors, fv.sgd_momentum)
+        except ValueError as e:
+            raise app.UsageError(f"--sgd_momentum: {e}") from None
     probe = _read_probe(fv.link_probe) if fv.link_probe else link_probe.probe(fv.engine, fv.probe_max_bytes, fv.runs)
     try:
         links = link_probe.fitted_links(probe, probe["workers"])
@@ -98,9 +118,13 @@ def run(fv, out):
     workers = probe["workers"]
     # Every worker measures, as every worker compresses during training: on shared
     # machines the codecs are then timed under the contention training has.
+    try:
+        half = link_probe.half_extra(probe)
+    except ValueError as e:
+        raise app.UsageError(f"the link probe: {e}") from None
     profile = measure.profile(model, gradients, links, compressors, workers, fv.runs,
-                              say=lambda text: print(text, file=out, flush=True))
-    if probe.get("rank", 0) != 0:
+                              say=lambda text: print(text, file=out, flush=True), half_extra=half)
+    if probe.get("rank", _launched_rank(fv.engine)) != 0:
         return  # worker 0 saves
     profile.save(fv.output)
     print(f"saved {fv.output}: {model.name}, {len(model.gradients)} gradients ({model.total_bytes / 2**20:.1f} MiB), "

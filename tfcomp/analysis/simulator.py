@@ -82,7 +82,7 @@ _NO_BYTES = 0.5  # payloads are whole bytes: less than half a byte left is float
 class BucketLoad:
     """One dispatched bucket under a plan: its members' summed encode and decode
     times per stream and its payload bytes per (round, collective)."""
-    __slots__ = ("ready_s", "indices", "encode_s", "decode_s", "compute_encode_s", "compute_decode_s", "wire")
+    __slots__ = ("ready_s", "indices", "encode_s", "decode_s", "compute_encode_s", "compute_decode_s", "wire", "half")
 
     def __init__(self, ready_s, indices):
         self.ready_s, self.indices = ready_s, list(indices)
@@ -91,6 +91,7 @@ class BucketLoad:
     def clear(self):
         self.encode_s = self.decode_s = self.compute_encode_s = self.compute_decode_s = 0.0
         self.wire = {}  # 2 * round + (1 for allgather, 0 for allreduce) -> bytes
+        self.half = {}  # the same keys -> the float16 bytes among them (allreduce only)
 
     def add(self, tc: TensorCompression, sign=1.0):
         """Counts one member's compression in (sign=-1: takes it out again)."""
@@ -107,25 +108,53 @@ class BucketLoad:
                 self.wire[key] = nbytes
             else:  # the last payload of this kind taken out: no collective (and no latency) left
                 self.wire.pop(key, None)
+            if t.half:
+                half = self.half.get(key, 0.0) + sign * t.nbytes
+                if half > _NO_BYTES:
+                    self.half[key] = half
+                else:
+                    self.half.pop(key, None)
 
     def free(self):
         """Compression costs nothing here from now on (Espresso's upper bound)."""
         self.encode_s = self.decode_s = self.compute_encode_s = self.compute_decode_s = 0.0
 
     def snapshot(self):
-        return (self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, dict(self.wire))
+        return (self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, dict(self.wire),
+                dict(self.half))
 
     def restore(self, snapshot):
-        self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, self.wire = snapshot
+        self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, self.wire, self.half = snapshot
+
+
+def no_half_extra():
+    return SizeTable.zero("float16 allreduce extra")
 
 
 @dataclasses.dataclass(frozen=True)
 class Network:
-    """What the collectives cost: workers, a link per collective, the vector adds."""
+    """What the collectives cost: workers, a link per collective, the vector adds.
+
+    burst_s: the link's token bucket (a shaper such as tc tbf, or a cloud's burst
+    allowance), in seconds of transfer at its bandwidth: that much of the collectives'
+    bandwidth term goes through at line rate (taken as free) while the bucket holds
+    tokens, which refill at one second per second. The bucket is full when the
+    backward pass starts (the forward pass refills it). 0: a plain link.
+
+    half_extra: what an allreduce of float16 payloads costs beyond one of float32 of
+    the same bytes, per float16 bytes (Profile.half_allreduce_extra: Horovod sums
+    float16 on the CPU several times slower than float32)."""
     workers: int
     allreduce: Link
     allgather: Link
     addest: SizeTable
+    burst_s: float = 0.0
+    start_s: float = 0.0  # no bucket leaves earlier (seconds after the backward pass began)
+    half_extra: SizeTable = dataclasses.field(default_factory=lambda: no_half_extra())
+
+    def __post_init__(self):
+        check_number(self.burst_s, "burst_s")
+        check_number(self.start_s, "start_s")
 
     def link(self, collective):
         return self.allreduce if collective == ALLREDUCE else self.allgather
@@ -152,11 +181,24 @@ class Progress:
     vector_add: float = 0.0
     decode: float = 0.0
     compute_decode: tuple = ()  # (collectives done, seconds) of buckets decoded on the compute stream
+    tokens_s: Optional[float] = None  # the link's token bucket after the last collective (None: full)
+    tokens_at: float = 0.0  # when that collective ended
 
     def same_streams(self, other):
         return (self.stream_free == other.stream_free and self.encode_free == other.encode_free
                 and self.decode_free == other.decode_free and self.shift == other.shift
-                and self.compute_decode == other.compute_decode)
+                and self.compute_decode == other.compute_decode and self.tokens_s == other.tokens_s
+                and self.tokens_at == other.tokens_at)
+
+    def burst_through(self, shaped_s, start, burst_s):
+        """The part of shaped_s seconds of transfer, starting at `start`, that the token
+        bucket lets through at line rate; takes those tokens."""
+        if not burst_s:
+            return 0.0
+        tokens = burst_s if self.tokens_s is None else min(burst_s, self.tokens_s + start - self.tokens_at)
+        covered = min(shaped_s, tokens)
+        self.tokens_s = tokens - covered
+        return covered
 
 
 def replay(model: ModelProfile, loads: List[BucketLoad], network: Network, *, compression_ratio=1.0,
@@ -190,18 +232,26 @@ def advance(model, loads, network, at: Progress, *, begin=0, compression_ratio=1
             checkpoints.append(copy.copy(at))
         load = loads[b]
         at.shift += load.compute_encode_s
-        ready = (load.ready_s + at.shift) if overlap else model.backward_s
+        ready = max((load.ready_s + at.shift) if overlap else model.backward_s, network.start_s)
         at.encode_free = max(ready, at.encode_free) + load.encode_s
         done = at.encode_free
         for key in sorted(load.wire):
             nbytes = load.wire[key]
             collective = ALLGATHER if key % 2 else ALLREDUCE
-            wire = collective_s(collective, nbytes / compression_ratio, workers, network.link(collective))
+            link = network.link(collective)
+            wire = collective_s(collective, nbytes / compression_ratio, workers, link)
             adds = 0.0
             if collective == ALLREDUCE and workers > 1:
                 adds = (workers - 1) * network.addest.seconds_at(nbytes / workers)
+                if key in load.half:
+                    adds += network.half_extra.seconds_at(load.half[key])
             start = max(done, at.stream_free)
+            if network.burst_s:
+                wire -= at.burst_through(wire - collective_s(collective, 0.0, workers, link), start,
+                                         network.burst_s)
             at.stream_free = done = start + wire + adds
+            if network.burst_s:
+                at.tokens_at = done
             if timeline is not None:
                 timeline.append((start, at.stream_free, b))
             at.transfer += wire
@@ -222,7 +272,8 @@ def advance(model, loads, network, at: Progress, *, begin=0, compression_ratio=1
 
 def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Optional[Link] = None,
              addest: Optional[SizeTable] = None, fusion=None,
-             compression: Optional[Dict[str, TensorCompression]] = None, compression_ratio=1.0, overlap=True):
+             compression: Optional[Dict[str, TensorCompression]] = None, compression_ratio=1.0, overlap=True,
+             burst_s=0.0, start_s=0.0, half_extra: Optional[SizeTable] = None):
     """One training step of model on `workers` workers (seed-notes.md 3.2).
 
     link prices allreduces (and allgathers unless allgather_link is given). addest
@@ -245,16 +296,18 @@ def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Option
         plan = [compression[g.name] for g in model.gradients]
     else:
         plan = [TensorCompression.dense(g.nbytes) for g in model.gradients]
-    network = Network(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"))
+    network = Network(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"), burst_s, start_s,
+                      half_extra or no_half_extra())
     loads = bucket_loads(model, plan, fusion or BucketFusion())
     return replay(model, loads, network, compression_ratio=ratio, overlap=overlap)
 
 
-def profile_network(profile: Profile, workers, link=None, allgather_link=None):
+def profile_network(profile: Profile, workers, link=None, allgather_link=None, burst_s=0.0):
     """The Network of a saved profile; link replaces the measured links (both, unless
     allgather_link is given too)."""
     return Network(check_workers(workers), link or profile.allreduce,
-                   allgather_link or (profile.allgather if link is None else link), profile.addest)
+                   allgather_link or (profile.allgather if link is None else link), profile.addest, burst_s,
+                   half_extra=profile.half_allreduce_extra or no_half_extra())
 
 
 def strategy_compression(profile: Profile, choices):
@@ -267,10 +320,12 @@ def strategy_compression(profile: Profile, choices):
 
 
 def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=None, link=None, allgather_link=None,
-                     **options):
+                     finite_check=False, **options):
     """simulate() fed from a saved profile; compressor names a profiled compressor (None: dense),
     or strategy gives each gradient its own (strategy_compression's choices). For a what-if,
-    link replaces the measured links (both, unless allgather_link is given too)."""
+    link replaces the measured links (both, unless allgather_link is given too). finite_check:
+    the step runs tfcomp's exchange, which first checks every worker's gradients
+    (finite_check_s)."""
     if compressor is not None and strategy is not None:
         raise ValueError("give a compressor for every gradient or a per-gradient strategy, not both")
     compression = None
@@ -279,5 +334,25 @@ def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=Non
     if strategy is not None:
         compression = strategy_compression(profile, strategy)
     network = profile_network(profile, workers, link, allgather_link)
+    if finite_check:
+        options["start_s"] = finite_check_s(profile, workers, network.allreduce)
     return simulate(profile.model, workers, network.allreduce, allgather_link=network.allgather,
-                    addest=profile.addest, compression=compression, **options)
+                    addest=profile.addest, compression=compression, half_extra=network.half_extra, **options)
+
+
+def finite_check_s(profile: Profile, workers, link: Link):
+    """When tfcomp's exchange (with check_finite, its default) can send its first bucket,
+    in seconds after the backward pass began: once every gradient is computed, scanned
+    for NaN and Inf (the profile's finite_scan, per gradient), and one float32 flag is
+    allreduced among the workers."""
+    if profile.finite_scan is None:
+        raise ValueError("the profile has no finite_scan (recorded before tfcomp measured it): record it again "
+                         "to predict tfcomp's exchange with its finite check")
+    scan = sum(profile.finite_scan.seconds_at(g.nbytes) for g in profile.model.gradients)
+    flag = collective_s(ALLREDUCE, 4.0, check_workers(workers), link) if workers > 1 else 0.0
+    return profile.model.backward_s + scan + flag
+
+
+def burst_seconds(burst_bytes, link: Link):
+    """A token bucket of burst_bytes as seconds of transfer at the link's bandwidth."""
+    return check_number(burst_bytes, "burst bytes") / link.bandwidth_bytes_per_s

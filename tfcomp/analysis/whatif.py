@@ -13,7 +13,7 @@ from absl import app, flags
 
 from tfcomp.analysis import cli_options as opts
 from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.simulator import compression_from_profile, simulate
+from tfcomp.analysis.simulator import compression_from_profile, finite_check_s, simulate
 from tfcomp.analysis.tables import SizeTable
 
 SUMMARY = "sweep bandwidths, worker counts, compressors and compute speed-ups; write a table and plots"
@@ -47,7 +47,8 @@ def define_flags(fv):
 
 def faster_compute(profile, speedup):
     """The profile on an accelerator `speedup` times faster: forward, backward (and each
-    gradient's ready time), apply, encode and decode divided by it; links and AddEst kept."""
+    gradient's ready time), apply, encode, decode and the finite scan divided by it;
+    links and AddEst kept."""
     if speedup == 1:
         return profile
     m = profile.model
@@ -55,7 +56,8 @@ def faster_compute(profile, speedup):
                          [GradientProfile(g.name, g.nbytes, g.ready_s / speedup) for g in m.gradients])
     compressors = {name: CompressorProfile(name, _divided(c.encode, speedup), _divided(c.decode, speedup), c.payloads)
                    for name, c in profile.compressors.items()}
-    return Profile(model, profile.allreduce, profile.allgather, profile.addest, compressors)
+    scan = profile.finite_scan and _divided(profile.finite_scan, speedup)
+    return Profile(model, profile.allreduce, profile.allgather, profile.addest, compressors, scan)
 
 
 def _divided(table, speedup):
@@ -112,11 +114,13 @@ def sweep(profile, bandwidths_gbps, workers, compressors, compute_speedups=(1.0,
         for c, name in enumerate(names):
             compression = None if name == opts.DENSE else compression_from_profile(scaled.compressor(name),
                                                                                     scaled.model)
+            checked = compression is not None and scaled.finite_scan is not None
             for w, p in enumerate(workers):
                 for b, (link, gather) in enumerate(link_pairs):
+                    start = finite_check_s(scaled, p, link) if checked else 0.0
                     iteration[s, c, w, b] = simulate(scaled.model, p, link, allgather_link=gather,
                                                      addest=scaled.addest, fusion=fusion,
-                                                     compression=compression).iteration_s
+                                                     compression=compression, start_s=start).iteration_s
     return Sweep(tuple(bandwidths_gbps), tuple(workers), tuple(compute_speedups), names, iteration, single)
 
 

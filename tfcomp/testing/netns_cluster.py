@@ -27,7 +27,9 @@ import subprocess
 import uuid
 
 # tbf needs a burst above the link's MTU; 256 kB held every rate from 100 Mbit/s up.
-BURST = "256kb"
+# After idle, that much goes through at line rate (tfcomp.analysis models it: Network.burst_s).
+BURST_BYTES = 256 * 1024
+BURST = f"{BURST_BYTES // 1024}kb"
 LATENCY = "10ms"
 WORKER_DEVICE = "eth0"
 NETNS_ETC = pathlib.Path("/etc/netns")
