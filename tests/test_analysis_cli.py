@@ -14,9 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from tfcomp.analysis import cli, costs, whatif
+from tfcomp.analysis import cli, cli_options, costs, whatif
 from tfcomp.analysis.costs import ALLREDUCE, Link, Transfer
 from tfcomp.analysis.fusion_policies import CycleFusion
+from tfcomp.analysis.predict import predict
 from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
 from tfcomp.analysis.simulator import simulate_profile
 from tfcomp.analysis.synthetic import synthetic_profile
@@ -157,6 +158,23 @@ def test_faster_compute_divides_compute_and_codec_not_links_or_vector_adds():
     assert fast.compressors["TopK"].decode(1e6) == pytest.approx(profile.compressors["TopK"].decode(1e6) / 4)
     assert fast.allreduce == profile.allreduce and fast.addest(1e6) == profile.addest(1e6)
     assert whatif.faster_compute(profile, 1) is profile
+    scanned = dataclasses.replace(profile, finite_scan=SizeTable([(1e4, 1e-5), (1e7, 4e-3)]))
+    assert whatif.faster_compute(scanned, 4).finite_scan(1e6) == pytest.approx(scanned.finite_scan(1e6) / 4)
+
+
+def test_whatif_and_predict_put_the_finite_check_before_compressed_steps_only():
+    profile = dataclasses.replace(synthetic_profile(), finite_scan=SizeTable([(1e4, 1e-4), (1e7, 4e-3)]))
+    plain = whatif.sweep(synthetic_profile(), [1.0, 10.0], [2, 8], ["TopK"])
+    checked = whatif.sweep(profile, [1.0, 10.0], [2, 8], ["TopK"])
+    assert np.array_equal(checked.iteration_s[:, 0], plain.iteration_s[:, 0])  # dense: the engine's own allreduce
+    assert np.all(checked.iteration_s[:, 1] > plain.iteration_s[:, 1])
+    link, gather = cli_options.links(profile, 1.0)
+    expected = simulate_profile(profile, 8, compressor="TopK", link=link, allgather_link=gather,
+                                finite_check=True).iteration_s
+    assert checked.iteration_s[0, 1, 1, 0] == pytest.approx(expected, rel=1e-12)
+    results = predict(profile, 8, ["TopK"])
+    assert results["dense"] == predict(synthetic_profile(), 8)["dense"]
+    assert results["TopK"].iteration_s > predict(synthetic_profile(), 8, ["TopK"])["TopK"].iteration_s
 
 
 def test_whatif_crossover_is_where_the_cost_model_says(fixed_profile_path, tmp_path):
