@@ -116,12 +116,12 @@ def run(fv, out):
     except ValueError as e:
         raise app.UsageError(f"the link probe cannot be fitted: {e}") from None
     workers = probe["workers"]
-    # Every worker measures, as every worker compresses during training: on shared
-    # machines the codecs are then timed under the contention training has.
     try:
         half = link_probe.half_extra(probe)
     except ValueError as e:
         raise app.UsageError(f"the link probe: {e}") from None
+    # Every worker measures, as every worker compresses during training: on shared
+    # machines the codecs are then timed under the contention training has.
     profile = measure.profile(model, gradients, links, compressors, workers, fv.runs,
                               say=lambda text: print(text, file=out, flush=True), half_extra=half)
     if probe.get("rank", _launched_rank(fv.engine)) != 0:

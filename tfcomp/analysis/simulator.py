@@ -143,14 +143,14 @@ class Network:
 
     half_extra: what an allreduce of float16 payloads costs beyond one of float32 of
     the same bytes, per float16 bytes (Profile.half_allreduce_extra: Horovod sums
-    float16 on the CPU several times slower than float32)."""
+    float16 on the CPU no faster per element than float32)."""
     workers: int
     allreduce: Link
     allgather: Link
     addest: SizeTable
     burst_s: float = 0.0
     start_s: float = 0.0  # no bucket leaves earlier (seconds after the backward pass began)
-    half_extra: SizeTable = dataclasses.field(default_factory=lambda: no_half_extra())
+    half_extra: SizeTable = dataclasses.field(default_factory=no_half_extra)
 
     def __post_init__(self):
         check_number(self.burst_s, "burst_s")
@@ -302,11 +302,11 @@ def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Option
     return replay(model, loads, network, compression_ratio=ratio, overlap=overlap)
 
 
-def profile_network(profile: Profile, workers, link=None, allgather_link=None, burst_s=0.0):
+def profile_network(profile: Profile, workers, link=None, allgather_link=None):
     """The Network of a saved profile; link replaces the measured links (both, unless
     allgather_link is given too)."""
     return Network(check_workers(workers), link or profile.allreduce,
-                   allgather_link or (profile.allgather if link is None else link), profile.addest, burst_s,
+                   allgather_link or (profile.allgather if link is None else link), profile.addest,
                    half_extra=profile.half_allreduce_extra or no_half_extra())
 
 
