@@ -34,8 +34,9 @@ flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "other_warmu
                                 "aggressive"],
                   "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
                   "momentum=None, under SGD), other_warmup (the recommended ones with a dense epoch where they "
-                  "start without and without where they start after one, under SGD), ratio_0.01 (the sparsifiers at ratio 0.01, under SGD), plain_adam (the recommended ones under Keras' Adam, and dense "
-                  "under tfcomp.FrozenVarianceAdam), aggressive.")
+                  "start without and without where they start after one, under SGD), ratio_0.01 (the "
+                  "sparsifiers at ratio 0.01, under SGD), plain_adam (the recommended ones under Keras' Adam, "
+                  "and dense under tfcomp.FrozenVarianceAdam), aggressive.")
 flags.DEFINE_list("compressors", [], "Only these compressors (class names); empty: all.")
 flags.DEFINE_integer("workers", 2, "Emulated workers.")
 flags.DEFINE_integer("seeds", 0, "Runs per configuration (model initialisation and data order); 0: each task's "

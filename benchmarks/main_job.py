@@ -141,8 +141,8 @@ def main(argv):
             with emulated_cluster(FLAGS.workers, FLAGS.link_rate) as cluster:
                 results[FLAGS.link_rate] = run_all(
                     Launcher(FLAGS.engine, FLAGS.workers, cluster=cluster, timeout_s=400, env=env),
-                    f"{work_dir}/{FLAGS.link_rate}", link_gbps, FLAGS.timeline and f"{FLAGS.timeline}/{FLAGS.link_rate}",
-                    burst_bytes=BURST_BYTES)
+                    f"{work_dir}/{FLAGS.link_rate}", link_gbps,
+                    FLAGS.timeline and f"{FLAGS.timeline}/{FLAGS.link_rate}", burst_bytes=BURST_BYTES)
             print(table(f"\n{FLAGS.workers} {ENGINE_WORDS[FLAGS.engine]} on an emulated cluster, each link "
                         f"{FLAGS.link_rate}/s both ways, {model}:", results[FLAGS.link_rate]))
     print("\n" + verdict(f"{FLAGS.model} ({FLAGS.size})", results, FLAGS.accuracy_points))
