@@ -214,7 +214,7 @@ def assert_fell_back(results):
         assert [t["label"] for t in fell_back["trials"]] == ["plan", DENSE]
         assert fell_back["dense_ms"] == fell_back["trials"][1]["ms"] < fell_back["plan_ms"]
         assert r["phase"] == DENSE and not r["choices"] and r["step"] == STEPS
-        assert r["payload_bytes"] == r["dense_bytes"] + 4  # dense, and the non-finite flag
+        assert r["payload_bytes"] == r["dense_bytes"]  # dense, with no non-finite flag (nothing to protect)
         # The switch to the plan and the one back to dense for the dense trial are a trace each,
         # and nothing after them retraces: the dense trial's train function is kept.
         assert r["traces"] == planned["traces"] + 2

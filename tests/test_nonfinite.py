@@ -14,7 +14,6 @@ NAMES = ["dense/kernel", "dense/bias", "conv/kernel"]
 K = 2
 
 COMPRESSORS = {
-    "NoCompression": tfcomp.NoCompression(),
     "FP16": tfcomp.FP16(),
     "SignSGD": tfcomp.SignSGD(),
     "EFSignSGD": tfcomp.EFSignSGD(),
@@ -58,7 +57,7 @@ def test_a_nonfinite_gradient_skips_the_step_on_every_worker(name, value):
         reference.step(grads_at(step), NAMES)
     before = state_values(emu)
     assert any(np.any(v != 0) for worker in before for k, v in worker.items() if "step" not in k) or \
-        name in ("NoCompression", "FP16", "SignSGD")  # stateless compressors
+        name in ("FP16", "SignSGD")  # stateless compressors
 
     results = emu.step(poisoned(grads_at(99), worker=1, tensor=0, value=value), NAMES)
     for worker in results:
@@ -119,6 +118,23 @@ def test_the_flag_is_one_float32_allreduce_per_step():
     shapes = [(s, tf.float32) for s in SHAPES]
     assert exchange.payload_bytes(shapes, K) == \
         Exchange(tfcomp.EFSignSGD, check_finite=False).payload_bytes(shapes, K) + FINITE_FLAG_BYTES
+
+
+@pytest.mark.parametrize("compression", [tfcomp.NoCompression(), tfcomp.Plan({}, default=None)],
+                         ids=["NoCompression", "all-dense Plan"])
+def test_nothing_compressed_sends_no_flag_and_keeps_a_nan_in_its_own_tensor(compression):
+    """With no state to protect, the exchange does what the engine's own dense allreduce does."""
+    emu = emulator(compression)
+    results = emu.step(poisoned(grads_at(0), worker=1, tensor=0, value=np.nan), NAMES)
+    assert all(kind != "allreduce" or nbytes != FINITE_FLAG_BYTES for kind, nbytes in emu.traffic)
+    for worker in results:
+        assert np.isnan(worker[0].numpy()).sum() == 1, "the poisoned element alone, as a dense sum gives"
+        for out in worker[1:]:
+            assert np.all(np.isfinite(out.numpy()))
+    assert int(emu.states[0].step.numpy()) == 1
+    shapes = [(s, tf.float32) for s in SHAPES]
+    dense_bytes = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    assert Exchange(compression).payload_bytes(shapes, K, names=NAMES) == dense_bytes
 
 
 def test_check_finite_must_be_a_bool():

@@ -45,7 +45,11 @@ class Exchange:
     gradient and no compressor state changes (residuals, momentum, factors,
     the step counter and so the phase), so Keras' LossScaleOptimizer skips
     the step on all workers alike and error feedback is not poisoned. The
-    step counter counts exchanged steps only.
+    step counter counts exchanged steps only. Where nothing is compressed
+    (NoCompression, an all-dense plan, tfcomp.Auto while it runs dense) there
+    is no state to protect and no flag is sent: a non-finite gradient reaches
+    only its own aggregate, as under the engine's own dense allreduce, and the
+    step costs what the engine's does (benchmarks/results/dense_reference.md).
     """
 
     def __init__(self, compression=None, *, min_compress_elements=DEFAULT_MIN_COMPRESS_ELEMENTS,
@@ -223,9 +227,13 @@ class Exchange:
             if self.is_plan:
                 raise ValueError("payload_bytes under a tfcomp.Plan needs the tensors' names (names=)")
             names = [None] * len(shapes_and_dtypes)
-        flag = FINITE_FLAG_BYTES if self.check_finite else 0
-        return flag + sum(self.plan(s, d, num_workers, n).payload_bytes(s, d)
-                          for (s, d), n in zip(shapes_and_dtypes, names))
+        compressors = [self.plan(s, d, num_workers, n) for (s, d), n in zip(shapes_and_dtypes, names)]
+        flag = FINITE_FLAG_BYTES if self._checks(compressors) else 0
+        return flag + sum(c.payload_bytes(s, d) for c, (s, d) in zip(compressors, shapes_and_dtypes))
+
+    def _checks(self, compressors):
+        """Whether the non-finite flag is sent: only where something is compressed."""
+        return self.check_finite and any(c is not self.dense for c in compressors)
 
     def reduce(self, grads, names, state, collectives, reduce_op="mean"):
         """The averaged (or, with reduce_op="sum", summed) gradients, in order."""
@@ -264,7 +272,7 @@ class Exchange:
             exchanged = lambda: tf.cond(state.step < self.warmup_steps, run(dense), compressed)
         else:
             exchanged = compressed
-        if self.check_finite:
+        if self._checks([c for _, _, c in units]):
             finite = all_workers_finite(grads, collectives)
             if probe is not None:  # compression starts once the flag is known
                 finite = probe.gate(finite, probe.mark("exchange_begin", after=finite))
