@@ -35,6 +35,8 @@ PROFILE = "benchmarks/results/e2e/validation-small/profiles/tf.distribute-2w-1gb
     ({"check_steps": 0}, "check_steps must be an integer >= 1"),
     ({"replan_every": 1}, "replan_every must be None or an integer >= 2"),
     ({"drift": 0}, "drift must be > 0"),
+    ({"margin": 1.0}, "margin must be a fraction"),
+    ({"margin": -0.01}, "margin must be a fraction"),
 ])
 def test_bad_arguments_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as raised:
@@ -57,6 +59,16 @@ def test_an_auto_runs_dense_until_it_decides_and_then_its_plan():
     assert [h["phase"] for h in auto.history] == [PLANNED, DENSE]
     with pytest.raises(ValueError, match="not candidates"):
         auto.decide(PLANNED, {"a": "TopK(ratio=0.1)"})
+
+
+def test_a_compressed_trial_is_kept_only_by_its_margin_over_dense():
+    assert tfcomp.Auto().margin == 0.05
+    auto = tfcomp.Auto(margin=0.1)
+    assert auto.beats_dense(90.0, 100.0) and auto.beats_dense(50.0, 100.0)
+    assert not auto.beats_dense(91.0, 100.0) and not auto.beats_dense(100.0, 100.0)
+    assert not auto.beats_dense(101.0, 100.0)
+    assert tfcomp.Auto(margin=0).beats_dense(100.0, 100.0)  # margin 0: ties go to the compressed trial
+    assert auto.config()["margin"] == 0.1 != tfcomp.Auto().config()["margin"]  # workers must agree on it
 
 
 def test_one_auto_per_exchange_and_no_tensor_selection():
@@ -209,7 +221,7 @@ def assert_fell_back(results):
         planned, dense_again, fell_back = r["history"]
         assert planned["phase"] == PLANNED and planned["compressed"] >= 1
         assert dense_again["trial"] == DENSE and dense_again["compressed"] == 0
-        assert fell_back["phase"] == DENSE and "slower than the" in fell_back["reason"]
+        assert fell_back["phase"] == DENSE and "faster than the" in fell_back["reason"]
         # the reference is the dense trial timed after the plan's, not the profiled steps
         assert [t["label"] for t in fell_back["trials"]] == ["plan", DENSE]
         assert fell_back["dense_ms"] == fell_back["trials"][1]["ms"] < fell_back["plan_ms"]

@@ -4,6 +4,7 @@ import sys
 import textwrap
 
 import horovod.tensorflow as hvd
+import numpy as np
 import pytest
 
 import tfcomp
@@ -96,3 +97,35 @@ def test_momentum_and_advice_are_settled_at_construction():
     assert "TopK(ratio=0.01) under FrozenVarianceAdam" in run.stderr and "ratio>=0.1" in run.stderr, run.stderr[-2000:]
     assert "variance_steps: 10" in run.stdout, run.stdout  # the variance freezes where compression starts
     assert "compresses from the first step: pass warmup_steps=" in run.stdout, run.stdout
+
+
+def test_a_round_of_float16_and_float32_payloads_runs_under_horovod():
+    """A plan with FP16 on one tensor and PowerSGD on another allreduces float16 and float32
+    payloads in one round; Horovod's grouped allreduce takes one dtype per call (one rank,
+    in a fresh interpreter: the dtype check is made when the op is built)."""
+    check = textwrap.dedent("""
+        import horovod.tensorflow as hvd
+        import numpy as np
+        import tensorflow as tf
+        import tfcomp, tfcomp.horovod
+        hvd.init()
+        tf.keras.utils.set_random_seed(0)
+        model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
+                                     tf.keras.layers.Dense(32)])
+        plan = tfcomp.Plan({"dense/kernel:0": tfcomp.FP16(), "dense_1/kernel:0": tfcomp.PowerSGD(2)})
+        opt = tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), compression=plan,
+                                                  min_compress_elements=1)
+        model.compile(optimizer=opt, loss="mse")
+        x, y = np.ones((16, 64), np.float32), np.zeros((16, 32), np.float32)
+        history = model.fit(x, y, epochs=3, verbose=0)
+        collectives = tfcomp.horovod.engine.HorovodCollectives()
+        summed = collectives.allreduce([tf.ones([3], tf.float16), tf.fill([2], 2.0), tf.ones([1], tf.float16)])
+        print("dtypes:", [t.dtype.name for t in summed], "values:", [t.numpy().tolist() for t in summed])
+        print("losses:", history.history["loss"])
+        """)
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "dtypes: ['float16', 'float32', 'float16'] values: [[1.0, 1.0, 1.0], [2.0, 2.0], [1.0]]" \
+        in run.stdout, run.stdout
+    losses = [float(v) for v in run.stdout.split("losses: [")[1].split("]")[0].split(",")]
+    assert len(losses) == 3 and all(np.isfinite(losses)) and losses[-1] < losses[0], losses

@@ -13,7 +13,8 @@ it over the workers and plans with tfcomp.analysis.planner. Predictions can be
 10-40% off, so it then measures: the plan and the single candidates predicted
 fastest run a few steps each (the train function traced once per switch), then dense
 again, in the same conditions (dense steps profiled early in training run slower), and
-the fastest measured is kept; where that is dense, it stays dense for good and says why.
+the fastest measured is kept if it beat dense by margin (5%); else it stays dense for good
+and says why.
 With replan_every, a plan whose step time drifts from what it measured at first is
 profiled and planned afresh.
 
@@ -56,7 +57,12 @@ class Auto:
     trials: how many configurations are measured before one is kept: the plan, then
         the single candidates predicted fastest (each only if predicted faster than
         dense and not sent as one already measured is), then dense again. The fastest
-        measured is kept, or dense where every one measured slower than dense did.
+        measured is kept if it is margin faster than dense, else dense.
+    margin: a compressed trial is kept only if it measured at least this fraction
+        faster than dense (default 0.05). Two 20-step medians of the same
+        configuration can differ by more than 5% on a shared machine; where the
+        best compressed trial is within the margin of dense, compression is a wash
+        and dense is the safe choice (at most margin of regret).
     replan_every: None, or every this many steps compare the plan's step time with
         what it measured at first, and profile and plan again where it moved by more
         than drift (a fraction).
@@ -65,7 +71,8 @@ class Auto:
     """
 
     def __init__(self, candidates=None, network=None, profile_steps=20, warmup_steps=5, timeline_steps=5,
-                 check_steps=None, trials=3, replan_every=None, drift=0.25, probe_max_bytes=4 << 20, runs=5):
+                 check_steps=None, trials=3, margin=0.05, replan_every=None, drift=0.25, probe_max_bytes=4 << 20,
+                 runs=5):
         candidates = default_candidates() if candidates is None else tuple(candidates)
         compressors = []
         for c in candidates:
@@ -89,11 +96,14 @@ class Auto:
             raise ValueError(f"Auto: check_steps must be an integer >= 1, got {check_steps!r}")
         if replan_every is not None and (not isinstance(replan_every, int) or replan_every < 2):
             raise ValueError(f"Auto: replan_every must be None or an integer >= 2, got {replan_every!r}")
+        if not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+            raise ValueError(f"Auto: margin must be a fraction in [0, 1), got {margin!r}")
         if not 0 < drift:
             raise ValueError(f"Auto: drift must be > 0, got {drift!r}")
         self.network = network
         self.profile_steps, self.warmup_steps, self.timeline_steps = profile_steps, warmup_steps, timeline_steps
         self.check_steps, self.trials, self.replan_every, self.drift = check_steps, trials, replan_every, drift
+        self.margin = float(margin)
         self.probe_max_bytes, self.runs = probe_max_bytes, runs
         self.phase = PROFILING
         self.choices = {}  # tensor name -> candidate label, for the tensors the plan compresses
@@ -109,10 +119,14 @@ class Auto:
                 "network": None if self.network is None else [self.network.bandwidth_gbps, self.network.latency_us],
                 "profile_steps": self.profile_steps, "warmup_steps": self.warmup_steps,
                 "timeline_steps": self.timeline_steps, "check_steps": self.check_steps, "trials": self.trials,
-                "replan_every": self.replan_every, "drift": self.drift}
+                "margin": self.margin, "replan_every": self.replan_every, "drift": self.drift}
 
     def __repr__(self):
         return f"Auto(candidates=[{', '.join(self.candidates)}], phase={self.phase!r})"
+
+    def beats_dense(self, ms, dense_ms):
+        """Whether a compressed trial that measured ms/step is kept over dense's dense_ms."""
+        return ms <= dense_ms * (1 - self.margin)
 
     def current(self):
         """What the exchange runs now: a tfcomp.Plan, or NoCompression (profiling or dense)."""

@@ -243,11 +243,11 @@ class AutoCallback(tf.keras.callbacks.Callback):
                     if k not in ("plan_ms", "reason", "trial", "settled_step", "predicted_ms")}
         decision.update(trials=trials, dense_ms=dense_ms, profiled_dense_ms=auto.decision["dense_ms"])
         now = int(self.model.optimizer.iterations.numpy())
-        if best is None or best["ms"] > dense_ms:
+        if best is None or not auto.beats_dense(best["ms"], dense_ms):
             measured = ", ".join("{} measured {:.1f} ms/step".format(t["label"], t["ms"])
                                  for t in trials if t["label"] != DENSE)
-            reason = (f"{measured}: slower than the {dense_ms:.1f} ms dense steps measured "
-                      f"{'after them' if dense_trial else 'before'}" if best else
+            reason = (f"{measured}: not {auto.margin:.0%} faster than the {dense_ms:.1f} ms dense steps "
+                      f"measured {'after them' if dense_trial else 'before'}" if best else
                       "resumed in its dense trial, with no compressed trial measured since the restart")
             logging.warning("tfcomp.Auto: back to dense for good: %s", reason)
             switch = bool(auto.choices)  # the dense trial, if it ran last, already runs dense

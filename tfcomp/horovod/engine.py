@@ -30,7 +30,18 @@ class HorovodCollectives:
         self._device = device
 
     def allreduce(self, buffers):
-        return hvd.grouped_allreduce(list(buffers), op=hvd.Sum, device_dense=self._device)
+        """Sums; one grouped allreduce per dtype, since Horovod's takes one dtype per group
+        (a plan's round can hold FP16's float16 payloads beside PowerSGD's float32 factors)."""
+        buffers = list(buffers)
+        by_dtype = {}
+        for i, buffer in enumerate(buffers):
+            by_dtype.setdefault(buffer.dtype, []).append(i)
+        summed = [None] * len(buffers)
+        for indices in by_dtype.values():
+            group = hvd.grouped_allreduce([buffers[i] for i in indices], op=hvd.Sum, device_dense=self._device)
+            for i, out in zip(indices, group):
+                summed[i] = out
+        return summed
 
     def allgather(self, buffers):
         return hvd.grouped_allgather(list(buffers))
