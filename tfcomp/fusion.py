@@ -44,14 +44,19 @@ def _from_bytes(stacked, dtype, shape):
     return tf.reshape(values, tf.concat([[k], shape], 0))
 
 
+def positions_by_dtype(tensors):
+    """{dtype: [positions of the tensors of that dtype]}, in order of first appearance."""
+    positions = {}
+    for i, t in enumerate(tensors):
+        positions.setdefault(t.dtype, []).append(i)
+    return positions
+
+
 def allreduce_fused(tensors, collectives, cap_bytes):
     """Sums of tensors over workers, fused per dtype into buffers of at most cap_bytes."""
     results = [None] * len(tensors)
-    by_dtype = {}
-    for i, t in enumerate(tensors):
-        by_dtype.setdefault(t.dtype, []).append(i)
     groups = []
-    for indices in by_dtype.values():
+    for indices in positions_by_dtype(tensors).values():
         for group in buckets([nbytes(tensors[i]) for i in indices], cap_bytes):
             groups.append([indices[j] for j in group])
     buffers = [tf.concat([on_wire(tf.reshape(tensors[i], [-1])) for i in g], 0) for g in groups]

@@ -17,6 +17,7 @@ from tfcomp import state as state_lib
 from tfcomp.compressors.cast import FP16, NoCompression
 from tfcomp.auto import Workers
 from tfcomp.exchange import Exchange
+from tfcomp.fusion import positions_by_dtype
 
 ENGINE_ATTRIBUTE = "tfcomp_engine"  # where an optimizer keeps its HorovodEngine (not checkpointed)
 
@@ -33,11 +34,8 @@ class HorovodCollectives:
         """Sums; one grouped allreduce per dtype, since Horovod's takes one dtype per group
         (a plan's round can hold FP16's float16 payloads beside PowerSGD's float32 factors)."""
         buffers = list(buffers)
-        by_dtype = {}
-        for i, buffer in enumerate(buffers):
-            by_dtype.setdefault(buffer.dtype, []).append(i)
         summed = [None] * len(buffers)
-        for indices in by_dtype.values():
+        for indices in positions_by_dtype(buffers).values():
             group = hvd.grouped_allreduce([buffers[i] for i in indices], op=hvd.Sum, device_dense=self._device)
             for i, out in zip(indices, group):
                 summed[i] = out
