@@ -54,7 +54,7 @@ demo: build
 
 ifneq ($(STACK),current)
 pytest: build
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q --durations=25 tests
 
 # All tests: the Python suite, then the C++ op tests built with Bazel; without
 # STACK, then the current stack's part too.

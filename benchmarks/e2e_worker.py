@@ -108,7 +108,8 @@ def auto_result(auto, times):
     return {"auto": {"phase": auto.phase, "compressed": len(auto.choices),
                      "choices": sorted(set(auto.choices.values())), "history": auto.history,
                      "settled_from_step": settled},
-            "settled_step_ms": 1e3 * statistics.median(after) if after else None}
+            "settled_step_ms": 1e3 * statistics.median(after) if after else None,
+            "step_ms_each": [round(1e3 * t, 2) for t in times]}
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"],
 flags.DEFINE_list("compressors", ["none", "FP16", "EFSignSGD", "DGC", "DRAGONN", "ACPSGD"],
                   "'none' is the engine's own dense allreduce; any tfcomp compressor name (SignSGD, TopK, "
                   "RandomK, PowerSGD, ...), optionally with knobs ('DGC:ratio=0.001'), can be added, and 'auto' "
-                  "(tfcomp.Auto(); it settles by about step 110, so give it --epochs and --steps_per_epoch to "
+                  "(tfcomp.Auto(); it settles by about step 136, so give it --epochs and --steps_per_epoch to "
                   "match: its profiling and trials count in the timed epochs).")
 flags.DEFINE_float("loopback_gbps", 4.0, "What unshaped loopback carries between two Python processes "
                    "(measured 3.5-4.3 Gbit/s); tensor selection plans for it.")

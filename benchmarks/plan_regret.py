@@ -41,8 +41,8 @@ flags.DEFINE_string("profiles", "benchmarks/results/e2e/validation-small/profile
                     "benchmarks.e2e --predict records).")
 flags.DEFINE_string("engine", "tf.distribute", "The engine the profiles were recorded with, and the runs use.")
 flags.DEFINE_integer("steps", 100, "Training steps of each dense, single-compressor and plan run.", lower_bound=2)
-flags.DEFINE_integer("auto_steps", 200, "Training steps of each Auto run: with its defaults it decides at step 30 "
-                     "and has measured its three trials and dense again and settled by step 135.", lower_bound=2)
+flags.DEFINE_integer("auto_steps", 200, "Training steps of each Auto run: with its defaults it plans at step 30, "
+                     "measures dense and its three trials interleaved and has settled by step 136.", lower_bound=2)
 flags.DEFINE_integer("warmup", 10, "Steps not timed.", lower_bound=1)
 flags.DEFINE_integer("repeats", 1, "Run the grid this many times (the first in OUTPUT, the others in "
                      "OUTPUT/repeat<k>) and report each configuration's median over them: on a shared machine one "
@@ -109,7 +109,8 @@ def cells(records, plans_dir):
     out = {}
     for key, by_compression in runs.items():
         for compression, repeats in by_compression.items():
-            merged = dict(repeats[0], repeats=len(repeats), autos=[r["auto"] for r in repeats if r.get("auto")])
+            merged = dict(repeats[0], repeats=len(repeats), autos=[r["auto"] for r in repeats if r.get("auto")],
+                          each={r.get("repeat", 1): r.get("settled_step_ms") or r["step_ms"] for r in repeats})
             for field in ("step_ms", "settled_step_ms"):
                 values = [r[field] for r in repeats if r.get(field) is not None]
                 merged[field] = statistics.median(values) if values else None
@@ -145,7 +146,9 @@ def regret_rows(measured, plans):
             row.update(auto_ms=auto["settled_step_ms"], auto_whole_ms=auto["step_ms"],
                        auto_chose=[_chose(decided) for decided in auto["autos"]],
                        auto_regret=auto["settled_step_ms"] / singles[best] - 1,
-                       auto_vs_dense=dense_ms / auto["settled_step_ms"])
+                       auto_vs_dense=dense_ms / auto["settled_step_ms"],
+                       auto_vs_dense_each=[runs[DENSE]["each"][k] / ms for k, ms in sorted(auto["each"].items())
+                                           if k in runs[DENSE]["each"]])
         rows.append(row)
     return rows
 
@@ -168,10 +171,12 @@ def markdown(rows, command):
              "'whole run' the median over all its timed steps, profiling and trials included. Regret: ms/step "
              "over the fastest single configuration measured (dense or one compressor "
              "on every tensor) minus 1; the targets are Auto within 5% of it and never more than 2% slower than "
-             "dense. Negative: faster than every single configuration.", "",
+             "dense. Negative: faster than every single configuration. 'Each repeat': dense's run over Auto's settled "
+             "steps in the same repeat (a few minutes apart).", "",
              "| model | workers | link | dense ms | best single | best ms | plan ms (predicted) | plan uses "
-             "| plan regret | Auto ms (whole run) | Auto kept, each repeat | Auto regret | Auto vs dense |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| plan regret | Auto ms (whole run) | Auto kept, each repeat | Auto regret | Auto vs dense "
+             "| Auto vs dense, each repeat |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         plan = auto = "| | |"
         if "plan_ms" in r:
@@ -181,9 +186,9 @@ def markdown(rows, command):
         if "auto_ms" in r:
             auto = (f"| {r['auto_ms']:.1f} ({r['auto_whole_ms']:.1f}) | {' / '.join(r['auto_chose'])} "
                     f"| {r['auto_regret']:+.1%} "
-                    f"| {r['auto_vs_dense']:.2f}x")
+                    f"| {r['auto_vs_dense']:.2f}x | {' / '.join(f'{x:.2f}x' for x in r['auto_vs_dense_each'])}")
         else:
-            auto = "| | | |"
+            auto = "| | | | |"
         lines.append(f"| {r['model']} | {r['workers']} | {r['link']} | {r['dense_ms']:.1f} | {r['best']} "
                      f"| {r['best_ms']:.1f} {plan} {auto} |")
     autos = [r for r in rows if "auto_ms" in r]
@@ -219,7 +224,9 @@ def plot(path, rows):
 
 
 def write_report(out, command):
-    records = [json.loads(line) for where in [out, *sorted(out.glob("repeat*"))] if (where / "runs.jsonl").exists()
+    records = [dict(json.loads(line), repeat=k)
+               for k, where in enumerate([out, *sorted(out.glob("repeat*"), key=lambda p: int(p.name[len("repeat"):]))],
+                                 start=1) if (where / "runs.jsonl").exists()
                for line in (where / "runs.jsonl").read_text().splitlines() if line.strip()]
     rows = regret_rows(*cells(records, out / "plans"))
     (out / "regret.md").write_text(markdown(rows, command))

@@ -10,11 +10,11 @@ The training runs dense first. Its callback (tfcomp.auto_callback) times dense s
 records a few with the Timeline, probes the link with the engine's collectives,
 times every candidate's encode and decode on the model's gradients, averages all of
 it over the workers and plans with tfcomp.analysis.planner. Predictions can be
-10-40% off, so it then measures: the plan and the single candidates predicted
-fastest run a few steps each (the train function traced once per switch), then dense
-again, in the same conditions (dense steps profiled early in training run slower), and
-the fastest measured is kept if it beat dense by margin (5%); else it stays dense for good
-and says why.
+10-40% off, so it then measures: dense, the plan and the single candidates predicted
+fastest run in interleaved blocks of a few steps (tfcomp.auto_trials; each train function
+traced once and kept, so a switch back costs no trace), and each is judged against the
+dense block of the same round. The fastest is kept if it beat dense by margin (5%); else it
+stays dense for good and says why.
 With replan_every, a plan whose step time drifts from what it measured at first is
 profiled and planned afresh.
 
@@ -53,16 +53,20 @@ class Auto:
         timeline_steps more after them.
     warmup_steps: steps left untimed after each switch of the train function
         (tracing, allocator warm-up), and at the start.
-    check_steps: the steps each trial is timed for (default profile_steps).
-    trials: how many configurations are measured before one is kept: the plan, then
-        the single candidates predicted fastest (each only if predicted faster than
-        dense and not sent as one already measured is), then dense again. The fastest
-        measured is kept if it is margin faster than dense, else dense.
+    check_steps: the steps each trial (dense included) is timed for in all (default
+        profile_steps), split over its rounds.
+    trials: how many compressed configurations are measured before one is kept: the
+        plan, then the single candidates predicted fastest (each only if predicted
+        faster than dense and not sent as one already measured is); dense is measured
+        beside them. The fastest against dense is kept if it is margin faster, else dense.
+    rounds: the trials run interleaved, a block of check_steps / rounds steps each per
+        round (dense first, every other round in reverse), each switch back to a train
+        function traced before followed by one untimed step; a trial's speed is the
+        median over rounds of its block's median over dense's of the same round.
     margin: a compressed trial is kept only if it measured at least this fraction
-        faster than dense (default 0.05). Two 20-step medians of the same
-        configuration can differ by more than 5% on a shared machine; where the
-        best compressed trial is within the margin of dense, compression is a wash
-        and dense is the safe choice (at most margin of regret).
+        faster than dense (default 0.05). Where the best compressed trial is within
+        the margin of dense, compression is a wash on this machine and dense is the
+        safe choice (at most margin of regret).
     replan_every: None, or every this many steps compare the plan's step time with
         what it measured at first, and profile and plan again where it moved by more
         than drift (a fraction).
@@ -71,7 +75,7 @@ class Auto:
     """
 
     def __init__(self, candidates=None, network=None, profile_steps=20, warmup_steps=5, timeline_steps=5,
-                 check_steps=None, trials=3, margin=0.05, replan_every=None, drift=0.25, probe_max_bytes=4 << 20,
+                 check_steps=None, trials=3, rounds=4, margin=0.05, replan_every=None, drift=0.25, probe_max_bytes=4 << 20,
                  runs=5):
         candidates = default_candidates() if candidates is None else tuple(candidates)
         compressors = []
@@ -94,6 +98,8 @@ class Auto:
         check_steps = profile_steps if check_steps is None else check_steps
         if not isinstance(check_steps, int) or check_steps < 1:
             raise ValueError(f"Auto: check_steps must be an integer >= 1, got {check_steps!r}")
+        if not isinstance(rounds, int) or not 1 <= rounds <= check_steps:
+            raise ValueError(f"Auto: rounds must be an integer in [1, check_steps={check_steps}], got {rounds!r}")
         if replan_every is not None and (not isinstance(replan_every, int) or replan_every < 2):
             raise ValueError(f"Auto: replan_every must be None or an integer >= 2, got {replan_every!r}")
         if not isinstance(margin, (int, float)) or not 0 <= margin < 1:
@@ -103,6 +109,7 @@ class Auto:
         self.network = network
         self.profile_steps, self.warmup_steps, self.timeline_steps = profile_steps, warmup_steps, timeline_steps
         self.check_steps, self.trials, self.replan_every, self.drift = check_steps, trials, replan_every, drift
+        self.rounds = rounds
         self.margin = float(margin)
         self.probe_max_bytes, self.runs = probe_max_bytes, runs
         self.phase = PROFILING
@@ -118,15 +125,15 @@ class Auto:
         return {"name": "Auto", "candidates": [c.config() for c in self.candidates.values()],
                 "network": None if self.network is None else [self.network.bandwidth_gbps, self.network.latency_us],
                 "profile_steps": self.profile_steps, "warmup_steps": self.warmup_steps,
-                "timeline_steps": self.timeline_steps, "check_steps": self.check_steps, "trials": self.trials,
+                "timeline_steps": self.timeline_steps, "check_steps": self.check_steps, "trials": self.trials, "rounds": self.rounds,
                 "margin": self.margin, "replan_every": self.replan_every, "drift": self.drift}
 
     def __repr__(self):
         return f"Auto(candidates=[{', '.join(self.candidates)}], phase={self.phase!r})"
 
-    def beats_dense(self, ms, dense_ms):
-        """Whether a compressed trial that measured ms/step is kept over dense's dense_ms."""
-        return ms <= dense_ms * (1 - self.margin)
+    def beats_dense(self, vs_dense):
+        """Whether a compressed trial whose steps took vs_dense times dense's is kept."""
+        return vs_dense <= 1 - self.margin
 
     def current(self):
         """What the exchange runs now: a tfcomp.Plan, or NoCompression (profiling or dense)."""
@@ -139,13 +146,15 @@ class Auto:
         from tfcomp.auto_callback import AutoCallback  # pylint: disable=import-outside-toplevel
         return AutoCallback(self)
 
-    def decide(self, phase, choices=None, **decision):
-        """Records a decision and hands the exchange what it now runs (the caller retraces)."""
+    def decide(self, phase, choices=None, record=True, **decision):
+        """Hands the exchange what it now runs (the caller switches the train function) and,
+        with record, adds the decision to the history (a trial's later blocks do not)."""
         unknown = sorted({label for label in (choices or {}).values()} - set(self.candidates))
         if unknown:
             raise ValueError(f"Auto: the decision names compressors that are not candidates: {unknown}")
         self.phase, self.choices, self.decision = phase, dict(choices or {}), decision
-        self.history.append({"phase": phase, "compressed": len(self.choices), **decision})
+        if record:
+            self.history.append({"phase": phase, "compressed": len(self.choices), **decision})
         if self.exchange is not None:
             self.exchange.use(self.current())
 

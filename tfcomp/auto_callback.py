@@ -12,7 +12,7 @@ import zlib
 import tensorflow as tf
 from absl import logging
 
-from tfcomp import keras_in_use, optimizers
+from tfcomp import auto_trials, keras_in_use, optimizers
 from tfcomp.auto import DENSE, PLANNED, PROFILING
 
 
@@ -25,15 +25,13 @@ class AutoCallback(tf.keras.callbacks.Callback):
         auto.callback_attached = True
         self._tmp = tempfile.TemporaryDirectory(prefix="tfcomp-auto-")
         self._cycle = None  # the profiling in progress: {"n", "dense", "timeline"}
-        self._check = None  # the check of a new plan in progress: {"n", "times"}
+        self._measuring = None  # the trials in progress: {"configs", "blocks", "at", "n", "dense"}
         self._window = []  # the kept plan's recent step times (replan_every)
         self._start = True  # what to do is decided at the first step, after every restore
         self._began = None  # when this step began (each step is timed from batch begin to end)
         self._codecs = {}  # candidate label -> CompressorProfile, measured once (measure.profile fills it)
         self._decision = {}  # what profiling measured and predicted, for every trial's record
         self._gradients = []  # (name, shape, dtype) in the profile's order
-        self._pending = []  # trials still to measure: (label, choices, predicted seconds)
-        self._measured = []  # trials measured: {"label", "choices", "ms", "predicted_ms"}
 
     # ---- Keras
 
@@ -50,8 +48,8 @@ class AutoCallback(tf.keras.callbacks.Callback):
             self._start = False
             if self.auto.phase == PROFILING and self._cycle is None:
                 self._begin_cycle()
-            elif self.auto.phase == PLANNED and "plan_ms" not in self.auto.decision and self._check is None:
-                self._check = {"n": 0, "times": []}  # resumed before the plan was checked
+            elif self.auto.phase == PLANNED and "plan_ms" not in self.auto.decision and self._measuring is None:
+                self._resume_trial()
         if self._cycle is not None:
             self._cycle["timeline"].on_train_batch_begin(batch)
         self._began = time.perf_counter()
@@ -68,12 +66,8 @@ class AutoCallback(tf.keras.callbacks.Callback):
                 cycle["dense"].append(duration)
             if cycle["n"] == auto.warmup_steps + auto.profile_steps + auto.timeline_steps:
                 self._plan()
-        elif self._check is not None:
-            self._check["n"] += 1
-            if self._check["n"] > auto.warmup_steps and duration is not None:
-                self._check["times"].append(duration)
-            if len(self._check["times"]) == auto.check_steps:
-                self._finish_check()
+        elif self._measuring is not None:
+            self._trial_step(duration)
         elif auto.phase == PLANNED and auto.replan_every and duration is not None:
             self._window.append(duration)
             if len(self._window) == auto.replan_every:
@@ -97,16 +91,30 @@ class AutoCallback(tf.keras.callbacks.Callback):
         self._cycle = {"n": 0, "dense": [], "timeline": timeline}
 
     def _retrace(self):
-        """The train function traced anew with what the exchange now runs, from zeroed state.
+        """The train function traced anew with what the exchange now runs, from zeroed state."""
+        self._prepare_state()
+        self.model.train_function = self.model.make_train_function(force=True)
+
+    def _reuse(self, config):
+        """Back to a trial's train function traced before, with its own state variables zeroed."""
+        if config["variables"] is not None:
+            self._state().use(config["variables"])
+        self._prepare_state()
+        self.model.train_function = config["function"]
+
+    def _state(self):
+        from tfcomp.state import STATE_ATTRIBUTE  # pylint: disable=import-outside-toplevel
+        return getattr(self.model.optimizer, STATE_ATTRIBUTE, None)
+
+    def _prepare_state(self):
+        """Zeroes the compressor state for what the exchange now runs, and records its choices.
 
         The checkpoint's record of each tensor's compressor changes now, not at the next trace:
         a decision taken on an epoch's last step is saved by that epoch's backup, and a run
         resumed from it must find its state recorded for the choices it restores (the state
         is zero either way)."""
-        # pylint: disable=import-outside-toplevel
-        from tfcomp.plan_record import RECORD_ATTRIBUTE
-        from tfcomp.state import STATE_ATTRIBUTE
-        state = getattr(self.model.optimizer, STATE_ATTRIBUTE, None)
+        from tfcomp.plan_record import RECORD_ATTRIBUTE  # pylint: disable=import-outside-toplevel
+        state = self._state()
         if state is not None:
             state.zero()
         record = getattr(self.model.optimizer, RECORD_ATTRIBUTE, None)
@@ -115,7 +123,6 @@ class AutoCallback(tf.keras.callbacks.Callback):
             exchange.bind_optimizer(self.model.optimizer)  # momentum="auto" resolved, as the trace will
             record.record(exchange.choices([(s, d) for _, s, d in self._gradients],
                                            [n for n, _, _ in self._gradients]))
-        self.model.train_function = self.model.make_train_function(force=True)
 
     def _plan(self):
         # pylint: disable=import-outside-toplevel
@@ -158,13 +165,14 @@ class AutoCallback(tf.keras.callbacks.Callback):
                          1e3 * dense_s)
             return
         self._gradients = gradients
-        self._pending = trials
-        self._measured = []
-        logging.info("tfcomp.Auto at step %d: dense measured %.1f ms/step (predicted %.1f); measuring %s, "
-                     "%d steps each", decision["step"], decision["dense_ms"], decision["predicted_dense_ms"],
-                     ", ".join(f"{label} (predicted {1e3 * s:.1f} ms)" for label, _, s in trials), auto.check_steps)
         self._decision = decision
-        self._next_trial()
+        logging.info("tfcomp.Auto at step %d: dense measured %.1f ms/step (predicted %.1f); measuring %s, "
+                     "%d steps each in %d rounds", decision["step"], decision["dense_ms"],
+                     decision["predicted_dense_ms"], ", ".join(f"{label} (predicted {1e3 * s:.1f} ms)"
+                                                               for label, _, s in trials),
+                     auto.check_steps, auto.rounds)
+        # Dense's train function is Keras' own, traced for profiling (the Timeline put it back).
+        self._start_trials(trials, len(trials) - 1, self.model.train_function)
 
     def _trials(self, result, gradients):
         """[(label, choices, predicted seconds)] to measure, fastest predicted first: the plan
@@ -191,14 +199,74 @@ class AutoCallback(tf.keras.callbacks.Callback):
         return json.dumps(exchange.choices([(s, d) for _, s, d in gradients], [n for n, _, _ in gradients]),
                           sort_keys=True, default=str)
 
-    def _next_trial(self):
-        auto = self.auto
-        label, choices, seconds = self._pending.pop(0)
-        auto.decide(PLANNED, choices, trial=label, **dict(self._decision, predicted_ms=1e3 * seconds))
-        self._retrace()
-        self._check = {"n": 0, "times": [], "label": label, "predicted_ms": 1e3 * seconds}
-        logging.info("tfcomp.Auto: measuring %s (%d tensors compressed) over %d steps%s", label, len(choices),
-                     auto.check_steps, "\n" + self._table(self._gradients) if choices else "")
+    def _start_trials(self, trials, dense, dense_function=None):
+        """Runs [(label, choices, predicted seconds)] interleaved (tfcomp.auto_trials); dense:
+        the index of the dense one, whose train function is dense_function, or None (a run
+        resumed in its trials: then the one trial runs already, and the dense steps profiled
+        before the restart are the reference)."""
+        configs = [{"label": label, "choices": choices, "predicted_ms": 1e3 * seconds, "function": None,
+                    "variables": None, "visited": False} for label, choices, seconds in trials]
+        running, first_skip = None, auto_trials.SETTLE_STEPS
+        if dense is not None:
+            configs[dense]["function"] = dense_function
+        else:
+            running, first_skip = 0, self.auto.warmup_steps  # its train function is traced at its first step
+            configs[0].update(function=self.model.train_function, visited=True)
+        self._measuring = {"configs": configs, "dense": dense, "at": -1, "running": running,
+                           "blocks": auto_trials.schedule(len(configs), dense, self.auto.check_steps,
+                                                          self.auto.rounds)}
+        self._next_block(first_skip)
+
+    def _resume_trial(self):
+        decision = self.auto.decision
+        self._start_trials([(decision.get("trial", "plan"), dict(self.auto.choices),
+                             decision.get("predicted_ms", 0.0) / 1e3)], None)
+
+    def _next_block(self, first_skip=0):
+        measuring = self._measuring
+        measuring["at"] += 1
+        block = measuring["blocks"][measuring["at"]]
+        skip = first_skip if measuring["at"] == 0 else 0
+        if block.config != measuring["running"]:
+            config = measuring["configs"][block.config]
+            self.auto.decide(PLANNED, config["choices"], record=not config["visited"], trial=config["label"],
+                             **dict(self._decision, predicted_ms=config["predicted_ms"]))
+            if not config["visited"] and config["choices"]:
+                logging.info("tfcomp.Auto: measuring %s (%d tensors compressed)\n%s", config["label"],
+                             len(config["choices"]), self._table(self._gradients))
+            config["visited"] = True
+            skip = max(skip, self._run(config))
+            measuring["running"] = block.config
+        measuring["n"], measuring["skip"] = 0, skip
+
+    def _run(self, config):
+        """Switches to a trial's train function (traced at its first run, kept for the next):
+        the steps to leave untimed after the switch."""
+        skip = self._settle_steps(config)
+        if config["function"] is None:
+            self._retrace()
+            config["function"] = self.model.train_function
+        else:
+            self._reuse(config)
+        return skip
+
+    def _settle_steps(self, config):
+        return auto_trials.SETTLE_STEPS if config["function"] is not None else self.auto.warmup_steps
+
+    def _trial_step(self, duration):
+        measuring = self._measuring
+        running = measuring["configs"][measuring["running"]]
+        if running["variables"] is None and self._state() is not None:
+            running["variables"] = self._state().in_use()  # its first step traced it
+        block = measuring["blocks"][measuring["at"]]
+        measuring["n"] += 1
+        if measuring["n"] > measuring["skip"] and duration is not None:
+            block.times.append(duration)
+        if len(block.times) == block.steps:
+            if measuring["at"] + 1 < len(measuring["blocks"]):
+                self._next_block()
+            else:
+                self._finish_trials()
 
     def _table(self, gradients):
         exchange = self.auto.exchange
@@ -220,53 +288,49 @@ class AutoCallback(tf.keras.callbacks.Callback):
 
     # ---- checking and drift
 
-    def _finish_check(self):
-        auto = self.auto
-        check, self._check = self._check, None
-        measured_s = auto.workers.mean([statistics.median(check["times"])])[0]
-        self._measured.append({"label": check.get("label", "plan"), "choices": dict(auto.choices),
-                               "ms": 1e3 * measured_s, "predicted_ms": auto.decision.get("predicted_ms")})
-        if self._pending:
-            self._next_trial()
-            return
-        # The reference is the dense trial, timed after the others: the dense steps profiled at
-        # the start of training ran slower than later ones (allocator and runtime warm-up), and a
-        # plan that only beat them could be slower than dense (measured: 0.84x under Horovod).
-        # A run resumed in its trials has no dense trial: then the profiled steps are the reference.
-        dense_trial = [t for t in self._measured if not t["choices"]]
-        dense_ms = dense_trial[0]["ms"] if dense_trial else auto.decision["dense_ms"]
-        trials = [{k: v for k, v in t.items() if k != "choices"} for t in self._measured]
-        compressed = [t for t in self._measured if t["choices"]]
-        best = min(compressed, key=lambda t: t["ms"]) if compressed else None
-        self._measured = []
+    def _finish_trials(self):
+        auto, measuring, self._measuring = self.auto, self._measuring, None
+        configs, dense = measuring["configs"], measuring["dense"]
+        blocks = measuring["blocks"]
+        block_ms = [1e3 * t for t in auto.workers.mean([statistics.median(b.times) for b in blocks])]
+        # Without a dense trial (resumed in the trials), the dense steps profiled before are the reference.
+        results = auto_trials.verdict(len(configs), blocks, block_ms, dense, reference_ms=auto.decision["dense_ms"])
+        trials = [{"label": c["label"], "predicted_ms": c["predicted_ms"], **r} for c, r in zip(configs, results)]
+        dense_ms = trials[dense]["ms"] if dense is not None else auto.decision["dense_ms"]
+        compressed = [i for i, c in enumerate(configs) if c["choices"]]
+        best = min(compressed, key=lambda i: trials[i]["vs_dense"]) if compressed else None
         decision = {k: v for k, v in auto.decision.items()
                     if k not in ("plan_ms", "reason", "trial", "settled_step", "predicted_ms")}
         decision.update(trials=trials, dense_ms=dense_ms, profiled_dense_ms=auto.decision["dense_ms"])
         now = int(self.model.optimizer.iterations.numpy())
-        if best is None or not auto.beats_dense(best["ms"], dense_ms):
-            measured = ", ".join("{} measured {:.1f} ms/step".format(t["label"], t["ms"])
+        if best is None or not auto.beats_dense(trials[best]["vs_dense"]):
+            measured = ", ".join("{} {:.1f} ms/step ({:.2f}x dense's)".format(t["label"], t["ms"], t["vs_dense"])
                                  for t in trials if t["label"] != DENSE)
-            reason = (f"{measured}: not {auto.margin:.0%} faster than the {dense_ms:.1f} ms dense steps "
-                      f"measured {'after them' if dense_trial else 'before'}" if best else
-                      "resumed in its dense trial, with no compressed trial measured since the restart")
+            reason = (f"{measured}: not {auto.margin:.0%} faster than dense ({dense_ms:.1f} ms/step, "
+                      f"{'measured in the same rounds' if dense is not None else 'profiled before'})" if best
+                      is not None else "resumed in its dense trial, with no compressed trial measured since the "
+                                       "restart")
             logging.warning("tfcomp.Auto: back to dense for good: %s", reason)
-            switch = bool(auto.choices)  # the dense trial, if it ran last, already runs dense
-            auto.decide(DENSE, reason=reason, plan_ms=best["ms"] if best else None,
-                        predicted_ms=best["predicted_ms"] if best else None,
-                        settled_step=now + (auto.warmup_steps if switch else 0), **decision)
-            if switch:
+            switch = bool(configs[measuring["running"]]["choices"])  # the last block ran a compressed trial
+            skip = 0 if not switch else auto.warmup_steps if dense is None else self._settle_steps(configs[dense])
+            auto.decide(DENSE, reason=reason, plan_ms=trials[best]["ms"] if best is not None else None,
+                        predicted_ms=trials[best]["predicted_ms"] if best is not None else None,
+                        settled_step=now + skip, **decision)
+            if switch and dense is None:
                 self._retrace()
+            elif switch:
+                self._run(configs[dense])
             return
-        decision.update(predicted_ms=best["predicted_ms"])
-        switch = best["choices"] != auto.choices
-        auto.decide(PLANNED, best["choices"], trial=best["label"], plan_ms=best["ms"],
-                    settled_step=now + (auto.warmup_steps if switch else 0), **decision)
+        kept = trials[best]
+        decision.update(predicted_ms=kept["predicted_ms"])
+        switch = measuring["running"] != best
+        auto.decide(PLANNED, configs[best]["choices"], trial=kept["label"], plan_ms=kept["ms"],
+                    settled_step=now + (self._settle_steps(configs[best]) if switch else 0), **decision)
         if switch:
-            self._retrace()
+            self._run(configs[best])
         self._window = []
-        logging.info("tfcomp.Auto: keeping %s: %.1f ms/step measured against dense's %.1f ms (%.2fx)%s",
-                     best["label"], best["ms"], dense_ms, dense_ms / best["ms"],
-                     "; switched back to it" if switch else "")
+        logging.info("tfcomp.Auto: keeping %s: %.1f ms/step, %.2fx dense's steps in the same rounds (%.1f ms)%s",
+                     kept["label"], kept["ms"], kept["vs_dense"], dense_ms, "; switched back to it" if switch else "")
 
     def _watch_drift(self):
         auto = self.auto
@@ -281,6 +345,3 @@ class AutoCallback(tf.keras.callbacks.Callback):
         self._retrace()
         self._begin_cycle()
 
-
-def _without(decision, *keys):
-    return {k: v for k, v in decision.items() if k not in keys}

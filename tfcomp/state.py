@@ -135,6 +135,18 @@ class CompressionState(tf.Module):
                     states[name] = tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"{key}/{name}")
         return states
 
+    def in_use(self):
+        """Which variables each tensor's state names stand for now: after a train function's
+        trace, the ones it reads (tfcomp.Auto keeps this beside each function it may run again)."""
+        return {key: dict(states) for key, states in self._tensors.items()}
+
+    def use(self, in_use):
+        """Stands for a train function's variables again (what in_use() returned after its
+        trace) before that function runs again: where a compressor traced since needed
+        another shape, zero() and checkpoints must reach the variables this one reads."""
+        self._tensors.clear()
+        self._tensors.update({key: dict(states) for key, states in in_use.items()})
+
     def zero(self):
         """Every state variable back to zeros (the step counter kept): where tfcomp.Auto
         switches compressors, one's residuals mean nothing to another."""
