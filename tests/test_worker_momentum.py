@@ -1,11 +1,15 @@
 """momentum="auto": EFSignSGD and the sparsifiers take over a Keras SGD optimizer's
 momentum (worker-side velocity, error feedback on the update), and hand the
 optimizer what its own momentum turns back into the averaged update."""
+import json
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfcomp
+from tfcomp import optimizers
 from tfcomp.optimizers import sgd_momentum
 from tfcomp.testing import Emulator
 
@@ -102,7 +106,7 @@ def test_the_configured_compressor_is_what_workers_compare():
 def test_advice_names_what_to_change():
     from tfcomp.optimizers import advice
     sgd = tf.keras.optimizers.SGD(LR, momentum=BETA)
-    assert advice(tfcomp.EFSignSGD(), sgd) is None
+    assert "2.25x and 1.43x dense's steps" in advice(tfcomp.EFSignSGD(), sgd)
     for compressor in (tfcomp.TopK(0.1), tfcomp.TopK(0.01), tfcomp.PowerSGD(4), tfcomp.EFSignSGD(), tfcomp.DRAGONN(0.1)):
         for adaptive in (tf.keras.optimizers.Adam(), tf.keras.optimizers.AdamW()):
             assert "Use tfcomp.FrozenVarianceAdam" in advice(compressor, adaptive)
@@ -113,7 +117,7 @@ def test_advice_names_what_to_change():
     assert advice(tfcomp.PowerSGD(4), sgd) is None
     assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), tfcomp.FrozenVarianceAdam())
     assert "100x smaller" in advice(tfcomp.SignSGD(), sgd)
-    assert advice(tfcomp.SignSGD(), tf.keras.optimizers.SGD(3e-4, momentum=BETA)) is None
+    assert "use PowerSGD(4)" in advice(tfcomp.SignSGD(), tf.keras.optimizers.SGD(3e-4, momentum=BETA))
     clipped = tf.keras.optimizers.SGD(LR, momentum=BETA, global_clipnorm=1.0)
     assert "global_clipnorm" in advice(tfcomp.DGC(0.01), clipped)
     assert advice(tfcomp.DGC(0.1, momentum=None), clipped) is None
@@ -122,8 +126,28 @@ def test_advice_names_what_to_change():
     assert "warm-up" in advice(tfcomp.DGC(0.1), sgd, warmup_steps=0)
     both = advice(tfcomp.DRAGONN(0.001), sgd, warmup_steps=0)
     assert "ratio>=0.1" in both and "warm-up" in both
-    for warmup in (None, 22):
-        assert advice(tfcomp.TopK(0.1), sgd, warmup_steps=warmup) is None
+    for warmup in (None, 22):  # nothing to change, but what it costs
+        assert "-1.2 and -0.3 points" in advice(tfcomp.TopK(0.1), sgd, warmup_steps=warmup)
     assert "TopK, DGC and DRAGONN" in advice(tfcomp.RandomK(0.1), sgd, warmup_steps=22)
-    assert advice(tfcomp.EFSignSGD(), sgd, warmup_steps=0) is None  # it starts best without one
+    assert "warm-up" not in advice(tfcomp.EFSignSGD(), sgd, warmup_steps=0)  # it starts best without one
     assert advice(tfcomp.PowerSGD(4), sgd, warmup_steps=0) is None
+    assert advice(tfcomp.PowerSGD(4), sgd, warmup_steps=22) is None and advice(tfcomp.FP16(), sgd) is None
+    for compressor in (tfcomp.DGC(0.1), tfcomp.DRAGONN(0.1), tfcomp.ACPSGD(4)):
+        assert "does not train like dense" in advice(compressor, sgd, warmup_steps=22)
+
+
+@pytest.mark.parametrize("name", sorted(optimizers.SGD_MEASURED))
+def test_the_measured_costs_advice_quotes_are_the_committed_benchmarks(name):
+    """advice() quotes benchmarks/results/convergence.json: each compressor's recommended
+    run under SGD with momentum, on the MLP and the CNN, and that it was not like dense."""
+    results = json.loads(pathlib.Path("benchmarks/results/convergence.json").read_text())["results"]
+    _, *quoted = optimizers.SGD_MEASURED[name]
+    like_dense = []
+    for task, (points, steps) in zip(("mlp", "cnn"), quoted):
+        block = results[f"convergence_{task}_sgd_momentum"]
+        (run,) = [r for r in block["runs"] if r["setting"] == "recommended" and r["label"].split("(")[0] == name]
+        dense = block["dense"]
+        assert round(100 * (run["final"] - dense["final"]), 1) == points
+        assert round(run["steps_to_target"] / dense["steps_to_target"], 2) == steps
+        like_dense.append(run["like_dense"])
+    assert not all(like_dense)  # like dense on both would need no advice
