@@ -78,14 +78,10 @@ def _rate(link):
     return None if link == "unlimited" else link
 
 
-def _burst_bytes(link):
-    """The shaped link's token bucket: what tc tbf lets through at line rate after idle."""
-    return 0.0 if _rate(link) is None else float(netns_cluster.BURST_BYTES)
-
-
 def _predicted_ms(out, record):
     return prediction.predicted_step_ms(out / record["profile"], record["engine"], record["workers"],
-                                        record.get("runs_with", record["compression"]), _burst_bytes(record["link"]))
+                                        record.get("runs_with", record["compression"]),
+                                        prediction.burst_bytes(record["link"]))
 
 
 def repredict(runs_path, out):

@@ -94,6 +94,18 @@ def markdown(records, crossover):
     return lines + [""]
 
 
+def diagonal_axes(ax, low, high, xlabel):
+    """Log-log predicted against measured axes from low to high ms: y = x, and ±15% dotted."""
+    ax.plot([low, high], [low, high], color="black", linewidth=0.8)
+    for k in (0.85, 1.15):
+        ax.plot([low, high], [k * low, k * high], color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("predicted ms/step")
+    ax.grid(alpha=0.3, which="both")
+
+
 def plot(path, records):
     table = rows(records)
     if not table:
@@ -104,17 +116,10 @@ def plot(path, records):
         ax.scatter([r["measured_ms"] for r in mine], [r["predicted_ms"] for r in mine], label=compression, s=18)
     low = min(min(r["measured_ms"], r["predicted_ms"]) for r in table) * 0.8
     high = max(max(r["measured_ms"], r["predicted_ms"]) for r in table) * 1.25
-    ax.plot([low, high], [low, high], color="black", linewidth=0.8)
-    for k in (0.85, 1.15):
-        ax.plot([low, high], [k * low, k * high], color="grey", linestyle=":", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured ms/step (median)")
-    ax.set_ylabel("predicted ms/step")
+    diagonal_axes(ax, low, high, "measured ms/step (median)")
     median, worst = summary(table)
     ax.set_title(f"tfcomp.analysis against the harness: median |error| {100 * median:.1f}%, max {100 * worst:.1f}%\n"
                  "(dotted: ±15%)", fontsize=9)
-    ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

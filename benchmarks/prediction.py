@@ -33,6 +33,13 @@ def record_profile(launcher, trace, compressions, path, work_dir, name, link_pro
     return path
 
 
+def burst_bytes(link):
+    """The token bucket tc tbf gives a shaped link of the harness ('unlimited': none):
+    what it lets through at line rate after idle."""
+    from tfcomp.testing import netns_cluster  # pylint: disable=import-outside-toplevel
+    return 0.0 if link == "unlimited" else float(netns_cluster.BURST_BYTES)
+
+
 def predicted_step_ms(profile_path, engine, workers, compression, burst_bytes=0.0):
     """The predicted step time of a run, in ms, from a profile record_profile saved (every
     gradient ready when the backward pass ends, as model.fit hands them over): tfcomp's
