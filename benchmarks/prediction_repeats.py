@@ -32,13 +32,19 @@ from absl import app, flags  # pylint: disable=wrong-import-position
 from benchmarks import compression_specs, e2e_validation, prediction  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("runs", [], "runs.jsonl files, or directories holding one (a benchmarks.plan_regret output: "
-                  "its repeat<k>/ directories are read too).")
-flags.DEFINE_string("profiles", None, "Directory of the profiles the runs' clusters recorded, named "
-                    "ENGINE-<workers>w-<link>-<model>.json (benchmarks.e2e --predict).")
-flags.DEFINE_string("output", "benchmarks/results/prediction_repeats", "Directory for NAME.md and NAME.png.")
-flags.DEFINE_string("name", "prediction_repeats", "Base name of the report files.")
-flags.DEFINE_integer("min_runs", 2, "Configurations measured fewer times are left out.", lower_bound=2)
+
+
+def define_flags():
+    """Its flags, defined only when it runs as a command: the tests import it beside
+    other benchmarks whose flags share names (--output, --profiles)."""
+    flags.DEFINE_list("runs", [], "runs.jsonl files, or directories holding one (a benchmarks.plan_regret output: "
+                      "its repeat<k>/ directories are read too).")
+    flags.DEFINE_string("profiles", None, "Directory of the profiles the runs' clusters recorded, named "
+                        "ENGINE-<workers>w-<link>-<model>.json (benchmarks.e2e --predict).")
+    flags.DEFINE_string("output", "benchmarks/results/prediction_repeats", "Directory for NAME.md and NAME.png.")
+    flags.DEFINE_string("name", "prediction_repeats", "Base name of the report files.")
+    flags.DEFINE_integer("min_runs", 2, "Configurations measured fewer times are left out.", lower_bound=2)
+
 
 KEY = ("model", "size", "engine", "workers", "link", "compression")
 
@@ -183,4 +189,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
