@@ -30,10 +30,13 @@ from tfcomp.testing.emulated_training import train
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
 flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
-flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "other_warmup", "ratio_0.01", "plain_adam",
-                                "aggressive"],
+flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "low_rank_takeover", "equal_bytes",
+                                "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
                   "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
-                  "momentum=None, under SGD), other_warmup (the recommended ones with a dense epoch where they "
+                  "momentum=None, under SGD), masking (the sparsifiers at the momentum_masking values 0, 0.5 "
+                  "and 1 other than their default, under SGD), low_rank_takeover (PowerSGD and ACPSGD taking "
+                  "over the optimizer's momentum, momentum='auto', under SGD), equal_bytes (ACPSGD at rank 8, "
+                  "PowerSGD(4)'s bytes per step, as recommended otherwise), other_warmup (the recommended ones with a dense epoch where they "
                   "start without and without where they start after one, under SGD), ratio_0.01 (the "
                   "sparsifiers at ratio 0.01, under SGD), plain_adam (the recommended ones under Keras' Adam, "
                   "and dense under tfcomp.FrozenVarianceAdam), aggressive.")
@@ -59,10 +62,14 @@ def settings(optimizer_name):
     (tfcomp.optimizers.MIN_RATIO), and every error-feedback compressor starts after a
     dense epoch but EFSignSGD under SGD (its one scale per tensor, switched on after
     dense training, set the MLP back for epochs). Under SGD, momentum="auto" takes over
-    the optimizer's momentum for EFSignSGD and the sparsifiers. Under Adam, every
+    the optimizer's momentum for EFSignSGD and the sparsifiers (each with its default
+    momentum_masking). Under Adam, every
     compressor runs with tfcomp.FrozenVarianceAdam (its variance is estimated in the
     dense epoch). The evidence for those choices: optimizer_momentum (under SGD, error
-    feedback on the gradient under the optimizer's own momentum), other_warmup and
+    feedback on the gradient under the optimizer's own momentum), masking (the
+    sparsifiers' other momentum_masking values), low_rank_takeover (PowerSGD and
+    ACPSGD taking over the optimizer's momentum too), equal_bytes (ACPSGD at rank 8, which
+    sends PowerSGD(4)'s bytes per step: one rank-8 factor a step), other_warmup and
     ratio_0.01 (under SGD, the recommended ones with the other warm-up choice, and the
     sparsifiers at 1%), plain_adam (under Adam, the same settings, dense epoch
     included, under Keras' Adam; and dense under FrozenVarianceAdam). Aggressive: the
@@ -94,6 +101,16 @@ def settings(optimizer_name):
             ("DGC(0.1, momentum=None)", lambda: tfcomp.DGC(0.1, momentum=None), warm),
             ("DRAGONN(0.1, momentum=None)", lambda: tfcomp.DRAGONN(0.1, momentum=None), warm),
         ] if sgd else [],
+        "masking": [
+            (f"{name}(0.1, momentum_masking={masking:g})", _sparsifier(name, momentum_masking=masking), warm)
+            for name in ("TopK", "RandomK", "DGC", "DRAGONN") for masking in (0.0, 0.5, 1.0)
+            if masking != getattr(tfcomp, name).default_momentum_masking
+        ] if sgd else [],
+        "low_rank_takeover": [
+            ("PowerSGD(4, momentum='auto')", lambda: tfcomp.PowerSGD(4, momentum="auto"), warm),
+            ("ACPSGD(4, momentum='auto')", lambda: tfcomp.ACPSGD(4, momentum="auto"), warm),
+        ] if sgd else [],
+        "equal_bytes": [("ACPSGD(8)", lambda: tfcomp.ACPSGD(8), {**warm, **adam})],
         "other_warmup": [(label, factory, {} if options.get("warmup_epochs") else warm)
                          for label, factory, options in recommended[2:]] if sgd else [],
         "ratio_0.01": [
@@ -117,6 +134,10 @@ def settings(optimizer_name):
             ("ACPSGD(1)", lambda: tfcomp.ACPSGD(1), adam),
         ],
     }
+
+
+def _sparsifier(name, **knobs):
+    return lambda: getattr(tfcomp, name)(0.1, **knobs)
 
 
 def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, frozen_variance=False):

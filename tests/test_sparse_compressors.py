@@ -93,16 +93,38 @@ def test_payloads_are_allgathered_values_and_indices_of_fixed_size(cls):
     assert compressor.payload_bytes(SHAPE, tf.float32) == 8 * m
 
 
-def test_momentum_correction_zeroes_velocity_where_sent():
-    compressor = tfcomp.DGC(ratio=0.02, momentum=0.9)
-    emu = Emulator(1, compressor, min_compress_elements=1, selection=False)
-    g = grads(1, 0)
-    emu.step(g, ["w"])
-    state = emu.states[0].get("w")
-    velocity, rest = state["velocity"].numpy(), state["residual"].numpy()
-    sent = (g[0][0].numpy() - rest) != 0
-    assert sent.any() and not velocity[sent].any()
-    np.testing.assert_allclose(velocity[~sent], g[0][0].numpy()[~sent])  # u = 0.9 * 0 + g
+@pytest.mark.parametrize("cls", SPARSIFIERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("masking", [0.0, 0.5, 1.0])
+def test_momentum_masking_drops_that_fraction_of_the_velocity_where_sent(cls, masking):
+    """DGC's momentum correction, step by step against NumPy: u <- 0.9 u + g,
+    r <- u + r - sent, then u <- u * (1 - masking) where an element was sent."""
+    emu = Emulator(1, cls(ratio=0.02, momentum=0.9, momentum_masking=masking), min_compress_elements=1,
+                   selection=False, check_finite=False)
+    velocity, rest = np.zeros(SHAPE, np.float32), np.zeros(SHAPE, np.float32)
+    for step in range(4):
+        g = grads(1, step)
+        out = emu.step(g, ["w"])[0][0].numpy()
+        velocity = 0.9 * velocity + g[0][0].numpy()
+        corrected = velocity + rest
+        state = emu.states[0].get("w")
+        rest = state["residual"].numpy()
+        sent = corrected != rest
+        assert sent.any() and np.count_nonzero(sent) <= cls(ratio=0.02).capacity(SHAPE)
+        np.testing.assert_allclose(out[sent], corrected[sent], rtol=1e-5)
+        np.testing.assert_allclose(rest[~sent], corrected[~sent], rtol=1e-5, atol=1e-6)
+        velocity = np.where(sent, velocity * (1 - masking), velocity)
+        np.testing.assert_allclose(state["velocity"].numpy(), velocity, rtol=1e-5, atol=1e-6)
+
+
+def test_momentum_masking_defaults_to_what_trained_best():
+    """TopK and DGC send the largest accumulated elements and trained best unmasked, RandomK
+    (large ones left behind at random) with DGC's masking, DRAGONN (a third of them lost
+    to hash collisions) with half (benchmarks/results/convergence.md)."""
+    assert [cls(0.1).momentum_masking for cls in SPARSIFIERS] == [0.0, 1.0, 0.0, 0.5]
+    assert tfcomp.DGC(0.1, momentum_masking=0.5).config()["momentum_masking"] == 0.5
+    for bad in (-0.1, 1.5, "yes"):
+        with pytest.raises(ValueError, match="momentum_masking is the fraction of the velocity dropped"):
+            tfcomp.TopK(0.1, momentum_masking=bad)
 
 
 def test_dragonn_passes_nan_on_to_the_optimizer():

@@ -17,8 +17,11 @@ BETA = 0.9
 LR = 0.1
 SHAPE = (64, 48)
 TAKE_OVER = [tfcomp.EFSignSGD, lambda **kw: tfcomp.TopK(0.05, **kw), lambda **kw: tfcomp.DGC(0.05, **kw),
-             lambda **kw: tfcomp.DRAGONN(0.05, **kw), lambda **kw: tfcomp.RandomK(0.05, **kw)]
-IDS = ["EFSignSGD", "TopK", "DGC", "DRAGONN", "RandomK"]
+             lambda **kw: tfcomp.DRAGONN(0.05, **kw), lambda **kw: tfcomp.RandomK(0.05, **kw),
+             # the low-rank ones keep the optimizer's momentum unless asked
+             lambda **kw: tfcomp.PowerSGD(2, **{"momentum": "auto", **kw}),
+             lambda **kw: tfcomp.ACPSGD(2, **{"momentum": "auto", **kw})]
+IDS = ["EFSignSGD", "TopK", "DGC", "DRAGONN", "RandomK", "PowerSGD", "ACPSGD"]
 
 
 def gradients(step, k=2):
@@ -66,6 +69,14 @@ def test_auto_is_error_feedback_on_the_gradient_without_sgd_momentum(optimizer):
     emu.exchange.bind_optimizer(optimizer())
     specs = emu.exchange.state_specs([(SHAPE, tf.float32)], ["w"], 2)["w"]
     assert set(specs) == {"residual"}
+
+
+def test_the_low_rank_compressors_keep_the_optimizers_momentum_by_default():
+    for compressor in (tfcomp.PowerSGD(2), tfcomp.ACPSGD(2)):
+        emu = Emulator(2, compressor, min_compress_elements=1)
+        emu.exchange.bind_optimizer(tf.keras.optimizers.SGD(LR, momentum=BETA))
+        specs = emu.exchange.state_specs([(SHAPE, tf.float32)], ["w"], 2)["w"]
+        assert "velocity" not in specs and "residual" in specs
 
 
 def test_momentum_applied_twice_is_refused_with_what_to_change():
@@ -127,7 +138,10 @@ def test_advice_names_what_to_change():
     both = advice(tfcomp.DRAGONN(0.001), sgd, warmup_steps=0)
     assert "ratio>=0.1" in both and "warm-up" in both
     for warmup in (None, 22):  # nothing to change, but what it costs
-        assert "-1.2 and -0.3 points" in advice(tfcomp.TopK(0.1), sgd, warmup_steps=warmup)
+        assert "-0.3 and +0.1 points" in advice(tfcomp.TopK(0.1), sgd, warmup_steps=warmup)
+    # another momentum handling than the measured default: no measured cost quoted
+    assert advice(tfcomp.TopK(0.1, momentum_masking=1), sgd, warmup_steps=22) is None
+    assert advice(tfcomp.ACPSGD(4, momentum="auto"), sgd, warmup_steps=22) is None
     assert "TopK, DGC and DRAGONN" in advice(tfcomp.RandomK(0.1), sgd, warmup_steps=22)
     assert "warm-up" not in advice(tfcomp.EFSignSGD(), sgd, warmup_steps=0)  # it starts best without one
     assert advice(tfcomp.PowerSGD(4), sgd, warmup_steps=0) is None

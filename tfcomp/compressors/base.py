@@ -139,9 +139,10 @@ AUTO = "auto"
 class WorkerMomentum:
     """Momentum on the worker, before compression, for error-feedback compressors
     whose aggregate is unstable under the optimizer's own momentum (EFSignSGD and
-    the sparsifiers: benchmarks/results/convergence.md).
+    the sparsifiers: benchmarks/results/convergence.md). The low-rank compressors
+    default to None, as in PowerSGD's paper, and take "auto" when asked.
 
-    momentum="auto" (the default) takes over the momentum of a Keras SGD optimizer
+    momentum="auto" takes over the momentum of a Keras SGD optimizer
     that the engine sees: the worker keeps the velocity u <- beta * u + g and
     compresses u plus the residual (error feedback on the update, DGC's momentum
     correction), and the optimizer is handed u_t - beta * u_{t-1} of the averaged
@@ -181,11 +182,11 @@ class WorkerMomentum:
 
     def corrected(self, grad, state):
         """What is compressed: grad (or the worker's velocity) plus the residual."""
-        if self.worker_momentum is None:
-            return grad + state["residual"]
-        velocity = state["velocity"]
-        velocity.assign(self.worker_momentum * velocity + grad)
-        return velocity + state["residual"]
+        if self.worker_momentum is not None:
+            velocity = state["velocity"]
+            velocity.assign(self.worker_momentum * velocity + grad)
+            grad = velocity.read_value()
+        return grad + state["residual"] if "residual" in state else grad
 
     def hand_off(self, averaged, state):
         """What the optimizer is given for the averaged update: itself, or when the

@@ -18,11 +18,17 @@ and QR (batch_tensors_with_same_shape). Random starting factors are N(0, 1)
 from a seed of the tensor name and step, so every worker draws the same. The error update E = M - P Q^T is the fused
 op ops.lowrank_residual (one pass over M; 2.3x faster than the TF ops at
 4096^2, rank 4: benchmarks/results/lowrank_residual_bench.md).
+
+Momentum: the optimizer's, after decompression (momentum=None, as in PowerSGD's
+paper). momentum="auto" takes it over as EFSignSGD and the sparsifiers do
+(base.WorkerMomentum); under SGD with momentum that trained no better for
+PowerSGD and worse for ACPSGD (benchmarks/results/convergence.md,
+low_rank_takeover rows).
 """
 import tensorflow as tf
 
 from tfcomp import ops
-from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round, WorkerMomentum
 
 
 def matrix_shape(shape):
@@ -50,11 +56,11 @@ def orthonormalize(x, epsilon=0.0):
     return tf.linalg.qr(x)[0]
 
 
-class LowRank(Compressor):
+class LowRank(WorkerMomentum, Compressor):
     """Common part: rank, error feedback, the matrix view, seeded starting factors."""
 
     def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, min_compression_rate=2.0,
-                 orthogonalization_epsilon=0.0, batch_tensors_with_same_shape=True):
+                 orthogonalization_epsilon=0.0, batch_tensors_with_same_shape=True, momentum=None):
         if not isinstance(matrix_approximation_rank, int) or matrix_approximation_rank < 1:
             raise ValueError(f"{type(self).__name__}: matrix_approximation_rank must be an integer >= 1, "
                              f"got {matrix_approximation_rank!r}")
@@ -66,6 +72,7 @@ class LowRank(Compressor):
         self.min_compression_rate = float(min_compression_rate)
         self.orthogonalization_epsilon = orthogonalization_epsilon
         self.batch_tensors_with_same_shape = batch_tensors_with_same_shape
+        self._init_momentum(momentum)
 
     @property
     def batches_same_shape(self):
@@ -90,12 +97,11 @@ class LowRank(Compressor):
         specs = {"p": (p_shape, dtype), "q": (q_shape, dtype)}
         if self.use_error_feedback:
             specs["residual"] = (tuple(shape), dtype)
-        return specs
+        return {**specs, **self.momentum_state_specs(shape, dtype)}
 
     def _matrix(self, grad, state, ctx):
         """M (+ E with error feedback), as a matrix (a batch of them for stacked tensors)."""
-        if self.use_error_feedback:
-            grad = grad + state["residual"]
+        grad = self.corrected(grad, state)
         if ctx.batch:
             return tf.reshape(grad, (ctx.batch, *matrix_shape(grad.shape[1:])))
         return tf.reshape(grad, matrix_shape(grad.shape))
@@ -126,9 +132,9 @@ class PowerSGD(LowRank):
 
     def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, warm_start=True,
                  min_compression_rate=2.0, orthogonalization_epsilon=0.0, start_powerSGD_iter=0,
-                 batch_tensors_with_same_shape=True):
+                 batch_tensors_with_same_shape=True, momentum=None):
         super().__init__(matrix_approximation_rank, use_error_feedback, min_compression_rate,
-                         orthogonalization_epsilon, batch_tensors_with_same_shape)
+                         orthogonalization_epsilon, batch_tensors_with_same_shape, momentum)
         if not isinstance(start_powerSGD_iter, int) or start_powerSGD_iter < 0:
             raise ValueError(f"PowerSGD: start_powerSGD_iter must be an integer >= 0, got {start_powerSGD_iter!r}")
         self.warm_start = warm_start
@@ -157,7 +163,8 @@ class PowerSGD(LowRank):
             if self.use_error_feedback:
                 state["residual"].assign(tf.reshape(self._residual(matrix, p_hat, q_mean), grad.shape))
             state["q"].assign(q_mean)
-            return tf.reshape(ctx.from_sum(tf.matmul(p_hat, q_sum, transpose_b=True)), grad.shape)
+            return self.hand_off(tf.reshape(ctx.from_sum(tf.matmul(p_hat, q_sum, transpose_b=True)), grad.shape),
+                                 state)
 
         return Round([Payload(p, Collective.ALLREDUCE)], after_p)
 
@@ -168,9 +175,10 @@ class ACPSGD(LowRank):
     phases = 2
 
     def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, reuse_query=True,
-                 min_compression_rate=2.0, orthogonalization_epsilon=0.0, batch_tensors_with_same_shape=True):
+                 min_compression_rate=2.0, orthogonalization_epsilon=0.0, batch_tensors_with_same_shape=True,
+                 momentum=None):
         super().__init__(matrix_approximation_rank, use_error_feedback, min_compression_rate,
-                         orthogonalization_epsilon, batch_tensors_with_same_shape)
+                         orthogonalization_epsilon, batch_tensors_with_same_shape, momentum)
         self.reuse_query = reuse_query
 
     def payload_specs(self, shape, dtype, phase=0):
@@ -205,6 +213,6 @@ class ACPSGD(LowRank):
                 estimate = tf.matmul(total, query, transpose_b=True)
             else:
                 estimate = tf.matmul(query, total, transpose_b=True)
-            return tf.reshape(ctx.from_sum(estimate), grad.shape)
+            return self.hand_off(tf.reshape(ctx.from_sum(estimate), grad.shape), state)
 
         return Round([Payload(sent, Collective.ALLREDUCE)], finish)

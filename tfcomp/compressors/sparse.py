@@ -7,9 +7,15 @@ scatter-add (sparse decoding, DRAGONN section 4.3). RandomK draws its indices
 from a seed all workers share, so it sends values only, by allreduce.
 
 Error feedback: the residual keeps what was not sent, including what hash
-collisions dropped. With momentum (DGC's momentum correction with masking),
-u <- momentum * u + g and v <- v + u are accumulated instead, and both are
-zeroed where an element was sent; use it with a plain-SGD optimizer.
+collisions dropped. With worker momentum (DGC's momentum correction; see
+base.WorkerMomentum) the velocity u <- momentum * u + g is what accumulates in
+the residual, and DGC's momentum factor masking drops momentum_masking of u
+where an element was sent. TopK and DGC send the largest accumulated elements
+and default to no masking (error feedback on the momentum update, which keeps
+the sum of the updates dense's). RandomK, whose draw leaves large elements
+behind at random, defaults to DGC's full masking, and DRAGONN, whose hash
+collisions drop about a third of the elements above its threshold, to half
+(benchmarks/results/convergence.md, "masking" rows).
 """
 import math
 
@@ -61,12 +67,20 @@ class Sparsifier(WorkerMomentum, Compressor):
     """Common part: ratio, error feedback, momentum correction, allgather decode."""
 
     efficiency_aware = True
+    #: The momentum_masking a None asks for: what trained best in tfcomp's convergence benchmark.
+    default_momentum_masking = 1.0
 
-    def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO):
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, momentum_masking=None):
         if not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
             raise ValueError(f"{type(self).__name__}: ratio is the fraction of elements kept and must "
                              f"be in (0, 1], got {ratio!r}")
+        if momentum_masking is None:
+            momentum_masking = self.default_momentum_masking
+        if not (isinstance(momentum_masking, (int, float)) and 0 <= momentum_masking <= 1):
+            raise ValueError(f"{type(self).__name__}: momentum_masking is the fraction of the velocity dropped "
+                             f"where an element was sent and must be in [0, 1], got {momentum_masking!r}")
         self.ratio = float(ratio)
+        self.momentum_masking = float(momentum_masking)
         self._init_momentum(momentum)
 
     def capacity(self, shape):
@@ -90,16 +104,22 @@ class Sparsifier(WorkerMomentum, Compressor):
         """The vector to select from (flat), after error feedback and momentum."""
         return tf.reshape(self.corrected(grad, state), [-1])
 
+    def _mask_velocity(self, state, sent_counts):
+        """DGC's momentum factor masking: drop momentum_masking of the velocity where
+        sent_counts() (flat, per element) is nonzero."""
+        if self.worker_momentum is None or not self.momentum_masking:
+            return
+        velocity = state["velocity"]
+        was_sent = tf.cast(tf.reshape(sent_counts(), velocity.shape) > 0, velocity.dtype)
+        velocity.assign(velocity * (1 - self.momentum_masking * was_sent))
+
     def compress(self, grad, state, ctx):
         n = grad.shape.num_elements()
         flat = self._accumulate(grad, state)
         values, indices = self.select(flat, ctx)
         sent = ops.sparse_decode(values, indices, n)
         state["residual"].assign(tf.reshape(flat - sent, grad.shape))
-        if self.worker_momentum is not None:
-            was_sent = ops.sparse_decode(tf.ones_like(values), indices, n) > 0
-            state["velocity"].assign(tf.reshape(
-                tf.where(was_sent, tf.zeros_like(flat), tf.reshape(state["velocity"], [-1])), grad.shape))
+        self._mask_velocity(state, lambda: ops.sparse_decode(tf.ones_like(values), indices, n))
 
         def finish(gathered):
             all_values, all_indices = gathered
@@ -110,6 +130,8 @@ class Sparsifier(WorkerMomentum, Compressor):
 
 class TopK(Sparsifier):
     """Exact top-k by magnitude (tf.math.top_k): the quality reference, and the slowest."""
+
+    default_momentum_masking = 0.0
 
     def select(self, flat, ctx):
         m = self.capacity(flat.shape)
@@ -122,8 +144,8 @@ class ThresholdSparsifier(Sparsifier):
     adapted toward k = ceil(ratio * n) by adapt_rounds counting passes."""
 
     def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, sample_fraction=0.01, min_samples=512,
-                 adapt_rounds=0):
-        super().__init__(ratio, momentum)
+                 adapt_rounds=0, momentum_masking=None):
+        super().__init__(ratio, momentum, momentum_masking)
         if not isinstance(adapt_rounds, int) or adapt_rounds < 0:
             raise ValueError(f"{type(self).__name__}: adapt_rounds must be an integer >= 0, got {adapt_rounds!r}")
         self.sample_fraction = sample_fraction
@@ -140,6 +162,8 @@ class DGC(ThresholdSparsifier):
     """Deep Gradient Compression's selection: a threshold from a 1% sample, then
     every element above it, compacted into the capacity (the largest ones if
     more were selected, DGC's hierarchical selection). TF ops only."""
+
+    default_momentum_masking = 0.0
 
     def select(self, flat, ctx):
         m = self.capacity(flat.shape)
@@ -167,6 +191,8 @@ class DRAGONN(ThresholdSparsifier):
     elements pass the threshold as there are slots. adapt_rounds > 0 adds
     counting passes, which DRAGONN's one-pass design leaves out by default."""
 
+    default_momentum_masking = 0.5
+
     def select(self, flat, ctx):
         return ops.hash_select(flat, self.threshold(flat, ctx), ctx.seed(salt=2), self.capacity(flat.shape))
 
@@ -186,10 +212,8 @@ class RandomK(Sparsifier):
         values = tf.gather_nd(flat, positions)
         zeros = tf.zeros_like(values)
         state["residual"].assign(tf.reshape(tf.tensor_scatter_nd_update(flat, positions, zeros), grad.shape))
-        if self.worker_momentum is not None:
-            velocity = tf.reshape(state["velocity"], [-1])
-            state["velocity"].assign(tf.reshape(tf.tensor_scatter_nd_update(velocity, positions, zeros),
-                                                grad.shape))
+        self._mask_velocity(state, lambda: tf.tensor_scatter_nd_update(tf.zeros([n], grad.dtype), positions,
+                                                                       tf.ones_like(values)))
 
         def finish(summed):
             # Repeated positions carry the same summed value, so writing twice is harmless.
