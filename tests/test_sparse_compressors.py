@@ -98,8 +98,8 @@ def test_payloads_are_allgathered_values_and_indices_of_fixed_size(cls):
 def test_momentum_masking_drops_that_fraction_of_the_velocity_where_sent(cls, masking):
     """DGC's momentum correction, step by step against NumPy: u <- 0.9 u + g,
     r <- u + r - sent, then u <- u * (1 - masking) where an element was sent."""
-    emu = Emulator(1, cls(ratio=0.02, momentum=0.9, momentum_masking=masking), min_compress_elements=1,
-                   selection=False, check_finite=False)
+    compressor = cls(ratio=0.02, momentum=0.9, momentum_masking=masking)
+    emu = Emulator(1, compressor, min_compress_elements=1, selection=False, check_finite=False)
     velocity, rest = np.zeros(SHAPE, np.float32), np.zeros(SHAPE, np.float32)
     for step in range(4):
         g = grads(1, step)
@@ -109,7 +109,7 @@ def test_momentum_masking_drops_that_fraction_of_the_velocity_where_sent(cls, ma
         state = emu.states[0].get("w")
         rest = state["residual"].numpy()
         sent = corrected != rest
-        assert sent.any() and np.count_nonzero(sent) <= cls(ratio=0.02).capacity(SHAPE)
+        assert sent.any() and np.count_nonzero(sent) <= compressor.capacity(SHAPE)
         np.testing.assert_allclose(out[sent], corrected[sent], rtol=1e-5)
         np.testing.assert_allclose(rest[~sent], corrected[~sent], rtol=1e-5, atol=1e-6)
         velocity = np.where(sent, velocity * (1 - masking), velocity)
