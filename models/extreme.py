@@ -22,3 +22,17 @@ def build(inputs=128, features=4096, classes=30938, seed=1):
     embedded = layers.Dense(features, activation="relu", use_bias=False, trainable=False, name="embedding",
                             kernel_initializer="he_normal")(x)
     return tf.keras.Model(x, layers.Dense(classes, use_bias=False, name="head")(embedded))
+
+
+def build_bottleneck(inputs=128, hidden=2048, bottleneck=16, classes=32768, seed=1):
+    """[batch, inputs] -> two ReLU layers of hidden -> a linear bottleneck -> [batch, classes]
+    logits: XML-CNN's low-dimensional layer before a wide output layer (Liu et al.,
+    SIGIR'17), trained end to end. Its gradients differ in shape: hidden x hidden is square,
+    a low-rank compressor's best case; bottleneck x classes is tall and thin, where rank r
+    keeps r / bottleneck of it and a sparsifier or signs send far less."""
+    tf.keras.utils.set_random_seed(seed)
+    x = tf.keras.Input((inputs,))
+    h = layers.Dense(hidden, activation="relu", name="hidden1")(x)
+    h = layers.Dense(hidden, activation="relu", name="hidden2")(h)
+    z = layers.Dense(bottleneck, name="bottleneck")(h)
+    return tf.keras.Model(x, layers.Dense(classes, name="head")(z))

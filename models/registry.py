@@ -174,7 +174,21 @@ def _xml():
         learning_rate=0.1, batch_size=256)
 
 
-MODELS = {spec.name: spec for spec in (_digits(), _resnet50(), _vgg16(), _bert(), _lstm_lm(), _xml())}
+def _xml_bottleneck():
+    size = Size("MLP 128-2048-2048, bottleneck 16, head 16x32768", extreme.build_bottleneck,
+                dict(inputs=128, hidden=2048, bottleneck=16, classes=32768),
+                teacher.vectors, dict(n=32768, test=4096, dim=128, classes=32768, noise=0.2),
+                1 / 32768, teacher.best_accuracy(32768))
+    return Spec(
+        "xml_bottleneck", "extreme classification behind a bottleneck (XML-CNN's layout)",
+        "teacher-labelled vectors, as many classes as the head",
+        {"small": size, "full": size},  # one size: it exists for its mix of tensor shapes, not a paper's size
+        Paper(None, None, None, "not in the papers: a model whose tensors favour different compressors"),
+        learning_rate=0.1, batch_size=64)
+
+
+MODELS = {spec.name: spec for spec in (_digits(), _resnet50(), _vgg16(), _bert(), _lstm_lm(), _xml(),
+                                       _xml_bottleneck())}
 
 
 def _table(sizes):

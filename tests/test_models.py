@@ -71,6 +71,25 @@ def test_small_model_trains_and_reports_its_gradients(name):
     _check_gradient_summary(model)
 
 
+def test_xml_bottleneck_puts_a_square_tensor_beside_a_thin_one():
+    """Its reason to exist: a low-rank compressor's best case (hidden x hidden) and its worst
+    (bottleneck x classes, where rank 4 keeps a quarter) in one model, so a per-tensor plan can
+    beat every single compressor. It trains under model.fit like the others."""
+    spec = MODELS["xml_bottleneck"]
+    (x, y), _ = spec.data("small", n=3 * spec.batch_size, test=8)
+    model = spec.build("small")
+    shapes = {v.name.split("/")[0]: tuple(v.shape) for v in model.trainable_variables if len(v.shape) == 2}
+    assert shapes == {"hidden1": (128, 2048), "hidden2": (2048, 2048), "bottleneck": (2048, 16),
+                      "head": (16, 32768)}
+    assert x.shape == (3 * spec.batch_size, 128) and y.max() < 32768
+    spec.compile(model, spec.optimizer())
+    before = model.get_layer("head").kernel.numpy()
+    history = model.fit(x, y, batch_size=spec.batch_size, verbose=0)
+    assert np.isfinite(history.history["loss"][-1])
+    assert not np.array_equal(before, model.get_layer("head").kernel.numpy())
+    _check_gradient_summary(model)
+
+
 def test_resnet50_has_the_papers_size(full):
     count, total, _, params = full["resnet50", "full"]
     paper = MODELS["resnet50"].paper
