@@ -62,8 +62,8 @@ def settings(optimizer_name):
     "frozen_variance": ...})]}.
 
     Recommended: what a user should start from. The sparsifiers keep 10% of the elements
-    and ACPSGD runs at rank 8 (one rank-8 factor a step: PowerSGD(4)'s bytes)
-    (tfcomp.optimizers.MIN_RATIO), and every error-feedback compressor starts after a
+    (tfcomp.optimizers.MIN_RATIO), ACPSGD runs at rank 8 (one rank-8 factor a step:
+    PowerSGD(4)'s bytes), and every error-feedback compressor starts after a
     dense epoch but EFSignSGD under SGD (its one scale per tensor, switched on after
     dense training, set the MLP back for epochs). Under SGD, momentum="auto" takes over
     the optimizer's momentum for EFSignSGD and the sparsifiers (each with its default
@@ -115,7 +115,7 @@ def settings(optimizer_name):
             ("ACPSGD(8, momentum='auto')", lambda: tfcomp.ACPSGD(8, momentum="auto"), warm),
         ] if sgd else [],
         "acpsgd_rank4": [("ACPSGD(4)", lambda: tfcomp.ACPSGD(4), {**warm, **adam})],
-        "equal_bytes": [("ACPSGD(8)", lambda: tfcomp.ACPSGD(8), {**warm, **adam})],
+        "equal_bytes": recommended[-1:],  # ACPSGD(8): convergence_equal_bytes.md's command
         "other_warmup": [(label, factory, {} if options.get("warmup_epochs") else warm)
                          for label, factory, options in recommended[2:]] if sgd else [],
         "ratio_0.01": [
