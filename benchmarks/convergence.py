@@ -30,12 +30,14 @@ from tfcomp.testing.emulated_training import train
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
 flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
-flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "low_rank_takeover", "acpsgd_rank4",
+flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "candidates", "low_rank_takeover",
+                                "acpsgd_rank4",
                                 "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
                   "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
                   "momentum=None, under SGD), masking (the sparsifiers at the momentum_masking values 0, 0.5 "
-                  "and 1 other than their default, under SGD), low_rank_takeover (PowerSGD and ACPSGD taking "
-                  "over the optimizer's momentum, momentum='auto', under SGD), acpsgd_rank4 (ACPSGD at rank 4, "
+                  "and 1 other than their default, under SGD), candidates (DGC with its threshold aimed at "
+                  "its slots, candidates_per_slot=1, as in its paper; DRAGONN at 2 and 3 candidates per slot), "
+                  "low_rank_takeover (PowerSGD and ACPSGD taking over the optimizer's momentum, momentum='auto', under SGD), acpsgd_rank4 (ACPSGD at rank 4, "
                   "half the recommended rank 8's bytes), equal_bytes (ACPSGD at rank 8, PowerSGD(4)'s bytes per "
                   "step; not run by default: its results, from before rank 8 was the recommended one, are "
                   "convergence_equal_bytes.md, --settings=equal_bytes --name=convergence_equal_bytes), "
@@ -71,7 +73,9 @@ def settings(optimizer_name):
     compressor runs with tfcomp.FrozenVarianceAdam (its variance is estimated in the
     dense epoch). The evidence for those choices: optimizer_momentum (under SGD, error
     feedback on the gradient under the optimizer's own momentum), masking (the
-    sparsifiers' other momentum_masking values), low_rank_takeover (PowerSGD and
+    sparsifiers' other momentum_masking values), candidates (DGC with its
+    threshold aimed at its slots, as in its paper, and DRAGONN's threshold
+    passing more elements than its slots), low_rank_takeover (PowerSGD and
     ACPSGD taking over the optimizer's momentum too), acpsgd_rank4 (ACPSGD at half the
     bytes, the recommended rank until rank 8 trained better), other_warmup and
     ratio_0.01 (under SGD, the recommended ones with the other warm-up choice, and the
@@ -110,6 +114,10 @@ def settings(optimizer_name):
             for name in ("TopK", "RandomK", "DGC", "DRAGONN") for masking in (0.0, 0.5, 1.0)
             if masking != getattr(tfcomp, name).default_momentum_masking
         ] if sgd else [],
+        "candidates": [
+            (f"{name}(0.1, candidates_per_slot={c:g})", _sparsifier(name, candidates_per_slot=c), {**warm, **adam})
+            for name, c in (("DGC", 1), ("DRAGONN", 2), ("DRAGONN", 3))
+        ],
         "low_rank_takeover": [
             ("PowerSGD(4, momentum='auto')", lambda: tfcomp.PowerSGD(4, momentum="auto"), warm),
             ("ACPSGD(8, momentum='auto')", lambda: tfcomp.ACPSGD(8, momentum="auto"), warm),

@@ -25,8 +25,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
+from benchmarks import prediction  # pylint: disable=wrong-import-position
 from tfcomp.analysis import planner  # pylint: disable=wrong-import-position
 from tfcomp.analysis.profile import Profile  # pylint: disable=wrong-import-position
+from tfcomp.analysis.simulator import burst_seconds  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["xml", "resnet50"], "Models of models/registry.py.")
@@ -48,6 +50,8 @@ flags.DEFINE_integer("repeats", 1, "Run the grid this many times (the first in O
                      "OUTPUT/repeat<k>) and report each configuration's median over them: on a shared machine one "
                      "run's median step can be 10-30% off another's.", lower_bound=1)
 flags.DEFINE_string("output", "benchmarks/results/plan_regret", "Directory for the plans, runs and report.")
+flags.DEFINE_bool("plan_burst", False, "Plan with the shaped links' token bucket (tc tbf's burst, which "
+                  "benchmarks.e2e's predictions model). The committed regret runs planned without it.")
 flags.DEFINE_bool("report_only", False, "Only rewrite OUTPUT/regret.md and regret.png from OUTPUT/runs.jsonl.")
 
 PLAN_FILE = "{model}-{workers}w-{link}.json"
@@ -64,7 +68,9 @@ def make_plans(out):
                 profile_path = pathlib.Path(FLAGS.profiles) / f"{FLAGS.engine}-{workers}w-{link}-{model}.json"
                 if not profile_path.exists():
                     raise app.UsageError(f"no profile {profile_path}: record one with benchmarks.e2e --predict")
-                result = planner.plan(Profile.load(profile_path), workers)
+                profile = Profile.load(profile_path)
+                burst_s = burst_seconds(prediction.burst_bytes(link), profile.allreduce) if FLAGS.plan_burst else 0.0
+                result = planner.plan(profile, workers, burst_s=burst_s)
                 saved = {**result.to_dict(), "profile": str(profile_path)}
                 (out / "plans" / PLAN_FILE.format(model=model, workers=workers, link=link)).write_text(
                     json.dumps(saved, indent=1) + "\n")

@@ -36,7 +36,7 @@ SEED = (7, 11)
 def encoders(ratio, n):
     m = max(1, math.ceil(ratio * n))
     ctx = TensorContext("bench", 1, tf.constant(0, tf.int64))
-    dgc = DGC(ratio)
+    dgc = DGC(ratio, candidates_per_slot=1)  # DRAGONN's threshold: the same elements pass, compacted
 
     @tf.function
     def dragonn(x):

@@ -57,14 +57,14 @@ def random_profile(rng, gradients, *, gpu=False, equal_sizes=False):
                    SizeTable([(1e3, 1e-6), (1e8, 1e-2)]), compressors)
 
 
-def replayed(profile, workers, strategy, fusion=None):
+def replayed(profile, workers, strategy, fusion=None, burst_s=0.0):
     """F(S) by the what-if simulator itself: strategy[i] is gradient i's option."""
     compression = {g.name: (TensorCompression.dense(g.nbytes) if c is DENSE
                             else tensor_compression(profile.compressor(c), g))
                    for g, c in zip(profile.model.gradients, strategy)}
     network = planner.profile_network(profile, workers)
     return simulate(profile.model, workers, network.allreduce, allgather_link=network.allgather,
-                    addest=profile.addest, compression=compression, fusion=fusion).iteration_s
+                    addest=profile.addest, compression=compression, fusion=fusion, burst_s=burst_s).iteration_s
 
 
 def strategy_of(result):
@@ -105,6 +105,24 @@ def test_the_plan_is_never_slower_than_dense_or_any_single_compressor(seed):
     for name, seconds in result.singles.items():
         assert seconds == pytest.approx(replayed(profile, workers, [name] * 9), rel=1e-12)
         assert result.iteration_s <= seconds + 1e-12  # tfcomp's second start
+
+
+@pytest.mark.parametrize("seed", SEEDS[:6])
+def test_a_plan_on_a_link_with_a_token_bucket_is_replayed_with_it(seed):
+    """A shaped link's burst (tc tbf's bucket) lets the first bytes through at line
+    rate: the planner's F(S), dense's and every single's are the simulator's with it."""
+    rng = random.Random(seed)
+    profile = random_profile(rng, 9)
+    workers = rng.choice([2, 4, 16])
+    burst_s = rng.uniform(1e-3, 2e-2)
+    result = planner.plan(profile, workers, burst_s=burst_s)
+    assert result.iteration_s == pytest.approx(replayed(profile, workers, strategy_of(result), burst_s=burst_s),
+                                               rel=1e-12)
+    assert result.dense_s == pytest.approx(replayed(profile, workers, [DENSE] * 9, burst_s=burst_s), rel=1e-12)
+    assert result.dense_s <= planner.plan(profile, workers).dense_s + 1e-12
+    for name, seconds in result.singles.items():
+        assert seconds == pytest.approx(replayed(profile, workers, [name] * 9, burst_s=burst_s), rel=1e-12)
+        assert result.iteration_s <= seconds + 1e-12
 
 
 def test_where_no_single_switch_pays_but_all_together_do_the_plan_matches_the_best_single():

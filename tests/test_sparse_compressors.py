@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
+from tfcomp.compressors.base import TensorContext
 from tfcomp.exchange import FINITE_FLAG_BYTES
 from tfcomp.testing import Emulator
 
@@ -222,3 +223,44 @@ def test_adapt_rounds_is_a_knob_of_the_threshold_sparsifiers(cls):
         assert np.count_nonzero(sent_by_rank) <= emu.exchange.compressor.capacity(SHAPE)
     np.testing.assert_allclose(2 * out[0][0].numpy(),
                                sum(step[r][0].numpy() - residual(emu, r) for r in range(2)), rtol=1e-5, atol=1e-6)
+
+
+
+def _dgc_select(candidates_per_slot, step, x, ratio=0.01):
+    dgc = tfcomp.DGC(ratio=ratio, candidates_per_slot=candidates_per_slot)
+    values, indices = dgc.select(tf.constant(x), TensorContext("w", 1, tf.constant(step, tf.int64)))
+    return values.numpy(), indices.numpy(), dgc.capacity(x.shape)
+
+
+def test_dgc_threshold_aimed_past_its_slots_fills_them_with_the_largest():
+    """With the threshold aimed at twice the slots (the default) DGC fills them with the
+    largest elements; aimed at the slots (its paper's, candidates_per_slot=1) a high
+    sample estimate leaves some empty. Either way it sends the top of |x|."""
+    x = np.random.default_rng(7).standard_normal(1 << 16).astype(np.float32)
+    order = np.argsort(-np.abs(x))
+    filled = {1.0: 0.0, 2.0: 0.0}
+    steps = 20
+    for step in range(steps):
+        for c in filled:
+            values, indices, slots = _dgc_select(c, step, x)
+            sent = indices[indices >= 0]
+            assert set(sent) == set(order[:len(sent)])
+            np.testing.assert_array_equal(values[indices >= 0], x[sent])
+            np.testing.assert_array_equal(values[indices < 0], 0)
+            filled[c] += len(sent) / slots / steps
+    assert filled[2.0] > 0.99
+    assert filled[1.0] < filled[2.0]
+
+
+def test_candidates_per_slot_is_a_knob_of_the_threshold_sparsifiers():
+    assert tfcomp.DGC(0.1).candidates_per_slot == 2.0
+    assert tfcomp.DRAGONN(0.1).candidates_per_slot == 1.0
+    assert tfcomp.DRAGONN(0.1, candidates_per_slot=3).config()["candidates_per_slot"] == 3.0
+    for bad in (0.5, 0, "2"):
+        with pytest.raises(ValueError, match="candidates_per_slot is how many elements the threshold aims"):
+            tfcomp.DGC(0.1, candidates_per_slot=bad)
+    # A threshold passing every element (ratio x candidates >= 1) still sends only the slots.
+    x = np.random.default_rng(8).standard_normal(1000).astype(np.float32)
+    values, indices, slots = _dgc_select(3.0, 0, x, ratio=0.5)
+    assert np.count_nonzero(indices >= 0) == slots == 500
+    assert set(indices) == set(np.argsort(-np.abs(x))[:500])

@@ -142,6 +142,7 @@ def test_advice_names_what_to_change():
     # another momentum handling than the measured default: no measured cost quoted
     assert advice(tfcomp.TopK(0.1, momentum_masking=1), sgd, warmup_steps=22) is None
     assert advice(tfcomp.ACPSGD(4, momentum="auto"), sgd, warmup_steps=22) is None
+    assert advice(tfcomp.DGC(0.1, candidates_per_slot=1), sgd, warmup_steps=22) is None  # nor another threshold
     assert "TopK, DGC and DRAGONN" in advice(tfcomp.RandomK(0.1), sgd, warmup_steps=22)
     assert "warm-up" not in advice(tfcomp.EFSignSGD(), sgd, warmup_steps=0)  # it starts best without one
     assert advice(tfcomp.PowerSGD(4), sgd, warmup_steps=0) is None

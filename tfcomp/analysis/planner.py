@@ -145,16 +145,18 @@ class StrategyPlan:
 
 
 def plan(profile: Profile, workers, candidates=None, *, link=None, allgather_link=None, fusion=None,
-         overlap=True, offload=True, max_offload_evaluations=MAX_OFFLOAD_EVALUATIONS):
+         overlap=True, offload=True, max_offload_evaluations=MAX_OFFLOAD_EVALUATIONS, burst_s=0.0):
     """Espresso's strategy for this profile on `workers` workers (links: the profile's
-    measured ones unless given). candidates: profile compressor names (default: all)."""
+    measured ones unless given). candidates: profile compressor names (default: all).
+    burst_s: the link's token bucket, in seconds at its bandwidth (Network.burst_s;
+    0: a plain link)."""
     started = time.perf_counter()
     model = profile.model
     names = list(profile.compressors) if candidates is None else list(candidates)
     compressors = [profile.compressor(n) for n in names]
     if not compressors:
         raise ValueError("no compressor to plan with: the profile has none and none were named")
-    network = profile_network(profile, workers, link, allgather_link)
+    network = dataclasses.replace(profile_network(profile, workers, link, allgather_link), burst_s=burst_s)
     fusion = fusion or BucketFusion()
     options = {DENSE: [TensorCompression.dense(g.nbytes) for g in model.gradients]}
     for c in compressors:

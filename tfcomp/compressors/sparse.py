@@ -140,30 +140,45 @@ class TopK(Sparsifier):
 
 
 class ThresholdSparsifier(Sparsifier):
-    """A threshold from a sample of the tensor (DGC's estimate), optionally
-    adapted toward k = ceil(ratio * n) by adapt_rounds counting passes."""
+    """A threshold from a sample of the tensor (DGC's estimate) that passes about
+    candidates_per_slot x capacity elements, optionally adapted toward that
+    count by adapt_rounds counting passes."""
+
+    #: The candidates_per_slot a None asks for (see DGC and DRAGONN).
+    default_candidates_per_slot = 1.0
 
     def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, sample_fraction=0.01, min_samples=512,
-                 adapt_rounds=0, momentum_masking=None):
+                 adapt_rounds=0, momentum_masking=None, candidates_per_slot=None):
         super().__init__(ratio, momentum, momentum_masking)
         if not isinstance(adapt_rounds, int) or adapt_rounds < 0:
             raise ValueError(f"{type(self).__name__}: adapt_rounds must be an integer >= 0, got {adapt_rounds!r}")
+        if candidates_per_slot is None:
+            candidates_per_slot = self.default_candidates_per_slot
+        if not (isinstance(candidates_per_slot, (int, float)) and candidates_per_slot >= 1):
+            raise ValueError(f"{type(self).__name__}: candidates_per_slot is how many elements the threshold "
+                             f"aims to pass per slot sent and must be >= 1, got {candidates_per_slot!r}")
         self.sample_fraction = sample_fraction
         self.min_samples = min_samples
         self.adapt_rounds = adapt_rounds
+        self.candidates_per_slot = float(candidates_per_slot)
 
     def threshold(self, flat, ctx):
-        threshold = estimate_threshold(flat, self.ratio, ctx.seed(salt=1), self.sample_fraction,
-                                       self.min_samples)
-        return adapt_threshold(flat, threshold, self.capacity(flat.shape), self.adapt_rounds)
+        passing = min(1.0, self.candidates_per_slot * self.ratio)
+        threshold = estimate_threshold(flat, passing, ctx.seed(salt=1), self.sample_fraction, self.min_samples)
+        target = min(flat.shape.num_elements(), math.ceil(self.candidates_per_slot * self.capacity(flat.shape)))
+        return adapt_threshold(flat, threshold, target, self.adapt_rounds)
 
 
 class DGC(ThresholdSparsifier):
     """Deep Gradient Compression's selection: a threshold from a 1% sample, then
     every element above it, compacted into the capacity (the largest ones if
-    more were selected, DGC's hierarchical selection). TF ops only."""
+    more were selected, DGC's hierarchical selection). TF ops only. The
+    threshold aims at twice the capacity, so the slots fill with the largest
+    of the elements above it, not with fewer when the sample's estimate runs
+    high (benchmarks/results/convergence.md, "candidates" rows)."""
 
     default_momentum_masking = 0.0
+    default_candidates_per_slot = 2.0
 
     def select(self, flat, ctx):
         m = self.capacity(flat.shape)
