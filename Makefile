@@ -107,6 +107,7 @@ build-gpu: build
 bench: build
 	$(PYTHON) -m benchmarks.ops_bench
 	$(PYTHON) -m benchmarks.sparse_bench
+	$(PYTHON) -m benchmarks.dgc_candidates_bench
 
 clean:
 	rm -rf build $(OP_LIBRARY) tfcomp.egg-info
