@@ -31,14 +31,14 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
 flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
 flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "candidates", "low_rank_takeover",
-                                "acpsgd_rank4",
-                                "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
+                                "acpsgd_rank4", "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
                   "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
                   "momentum=None, under SGD), masking (the sparsifiers at the momentum_masking values 0, 0.5 "
                   "and 1 other than their default, under SGD), candidates (DGC with its threshold aimed at "
                   "its slots, candidates_per_slot=1, as in its paper; DRAGONN at 2 and 3 candidates per slot), "
-                  "low_rank_takeover (PowerSGD and ACPSGD taking over the optimizer's momentum, momentum='auto', under SGD), acpsgd_rank4 (ACPSGD at rank 4, "
-                  "half the recommended rank 8's bytes), equal_bytes (ACPSGD at rank 8, PowerSGD(4)'s bytes per "
+                  "low_rank_takeover (PowerSGD and ACPSGD taking over the optimizer's momentum, "
+                  "momentum='auto', under SGD), acpsgd_rank4 (ACPSGD at rank 4, half the recommended rank 8's "
+                  "bytes), equal_bytes (ACPSGD at rank 8, PowerSGD(4)'s bytes per "
                   "step; not run by default: its results, from before rank 8 was the recommended one, are "
                   "convergence_equal_bytes.md, --settings=equal_bytes --name=convergence_equal_bytes), "
                   "other_warmup (the recommended ones with a dense epoch where they start without and without "

@@ -34,13 +34,16 @@ def define_flags():
     flags.DEFINE_string("name", "dgc_candidates_bench", "Base name of the result files.")
 
 
-def selectors(ratio, candidates):
+FILL_STEPS = 20
+
+
+def compressors(ratio, candidates):
+    return {f"dgc_c{c:g}": DGC(ratio, candidates_per_slot=c) for c in candidates}
+
+
+def timed_select(dgc):
     ctx = TensorContext("bench", 1, tf.constant(0, tf.int64))
-    fns = {}
-    for c in candidates:
-        dgc = DGC(ratio, candidates_per_slot=c)
-        fns[f"dgc_c{c:g}"] = tf.function(lambda x, dgc=dgc: dgc.select(x, ctx))
-    return fns
+    return tf.function(lambda x: dgc.select(x, ctx))
 
 
 def exact_topk(m):
@@ -58,9 +61,6 @@ def filled(dgc, x, slots):
     return sum(counts) / (FILL_STEPS * slots)
 
 
-FILL_STEPS = 20
-
-
 @tf.function
 def stream_read(x):
     return tf.reduce_max(x)
@@ -73,13 +73,14 @@ def measure(rng, candidates):
         x = tf.constant(rng.standard_normal(n, dtype=np.float32))
         for ratio in map(float, FLAGS.ratios):
             m = max(1, math.ceil(ratio * n))
-            fns = {**selectors(ratio, candidates), "exact_topk": exact_topk(m), "stream": stream_read}
+            dgcs = compressors(ratio, candidates)
+            fns = {**{name: timed_select(dgc) for name, dgc in dgcs.items()}, "exact_topk": exact_topk(m),
+                   "stream": stream_read}
             medians = harness.interleaved_median_ms({name: (lambda f=f: f(x)) for name, f in fns.items()},
                                                     FLAGS.runs)
             row = {"n": n, "log2": log2, "ratio": ratio, "slots": m,
                    **{f"{name}_ms": ms for name, ms in medians.items()}}
-            for c in candidates:
-                row[f"dgc_c{c:g}_filled"] = filled(DGC(ratio, candidates_per_slot=c), x, m)
+            row.update({f"{name}_filled": filled(dgc, x, m) for name, dgc in dgcs.items()})
             rows.append(row)
             print(f"2^{log2:<3d} ratio {ratio:<6g} " + "  ".join(
                 f"{name} {row[name + '_ms']:8.3f} ms" for name in fns), flush=True)
@@ -96,8 +97,8 @@ def markdown(rows, candidates, meta):
              f"Machine: {m['cpu']}, {m['cpus']} cores; TensorFlow {m['tensorflow']}; {m['date']}.", "",
              "c = candidates_per_slot of `DGC.select` (sampled threshold, `tf.where` compaction, top_k over the "
              "passed elements when more pass than there are slots); filled = the fraction of slots sent "
-             "non-empty, mean over "
-             f"{FILL_STEPS} steps' samples; exact = `tf.math.top_k` of |x|; stream = one `reduce_max` over x. Gaussian data.", "",
+             f"non-empty, mean over {FILL_STEPS} steps' samples; exact = `tf.math.top_k` of |x|; stream = one "
+             "`reduce_max` over x. Gaussian data.", "",
              f"| n | ratio | {head} | c={candidates[-1]:g} / c={candidates[0]:g} | exact top_k ms | stream ms |",
              "|---|---|" + "---|---|" * len(candidates) + "---|---|---|"]
     for r in rows:

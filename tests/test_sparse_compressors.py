@@ -225,7 +225,6 @@ def test_adapt_rounds_is_a_knob_of_the_threshold_sparsifiers(cls):
                                sum(step[r][0].numpy() - residual(emu, r) for r in range(2)), rtol=1e-5, atol=1e-6)
 
 
-
 def _dgc_select(candidates_per_slot, step, x, ratio=0.01):
     dgc = tfcomp.DGC(ratio=ratio, candidates_per_slot=candidates_per_slot)
     values, indices = dgc.select(tf.constant(x), TensorContext("w", 1, tf.constant(step, tf.int64)))
