@@ -25,39 +25,52 @@ from absl import app, flags
 import tfcomp
 from benchmarks import harness
 from benchmarks.convergence_tasks import OPTIMIZERS, SIGN_SGD_LEARNING_RATE, TASKS, optimizer
+from benchmarks.paper_dragonn import PaperRuleDRAGONN
 from tfcomp.testing.emulated_training import train
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
-flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
-flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "candidates", "low_rank_takeover",
-                                "acpsgd_rank4", "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
-                  "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
-                  "momentum=None, under SGD), masking (the sparsifiers at the momentum_masking values 0, 0.5 "
-                  "and 1 other than their default, under SGD), candidates (DGC with its threshold aimed at "
-                  "its slots, candidates_per_slot=1, as in its paper; DRAGONN at 2 and 3 candidates per slot), "
-                  "low_rank_takeover (PowerSGD and ACPSGD taking over the optimizer's momentum, "
-                  "momentum='auto', under SGD), acpsgd_rank4 (ACPSGD at rank 4, half the recommended rank 8's "
-                  "bytes), equal_bytes (ACPSGD at rank 8, PowerSGD(4)'s bytes per "
-                  "step; not run by default: its results, from before rank 8 was the recommended one, are "
-                  "convergence_equal_bytes.md, --settings=equal_bytes --name=convergence_equal_bytes), "
-                  "other_warmup (the recommended ones with a dense epoch where they start without and without "
-                  "where they start after one, under SGD), ratio_0.01 (the sparsifiers at ratio 0.01, under "
-                  "SGD), plain_adam (the recommended ones under Keras' Adam, "
-                  "and dense under tfcomp.FrozenVarianceAdam), aggressive.")
-flags.DEFINE_list("compressors", [], "Only these compressors (class names); empty: all.")
-flags.DEFINE_integer("workers", 2, "Emulated workers.")
-flags.DEFINE_integer("seeds", 0, "Runs per configuration (model initialisation and data order); 0: each task's "
-                     "own (3 for the MLP and CNN, 1 for the language model).")
-flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every task's epochs (a quick look: 0.5).")
-flags.DEFINE_integer("evals_per_epoch", 2, "Held-out evaluations per epoch: the resolution of 'steps to target' "
-                     "(the digits tasks' 2 per epoch are 11 steps apart).", lower_bound=1)
-flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts as dense's.")
-flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
-flags.DEFINE_string("out", "benchmarks/results", "Where convergence.{md,json} and the PNGs go.")
-flags.DEFINE_string("name", "convergence", "Base name of the result files.")
-flags.DEFINE_bool("merge", False, "Keep the task x optimizer blocks of an existing <name>.json that this run "
-                  "does not redo (each block keeps the command and machine that made it).")
+
+
+def define_flags():
+    """Its flags, defined only when it runs as a command: the tests import it beside
+    other benchmarks whose flags share names (--compressors, --name, --workers)."""
+    flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
+    flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
+    flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "candidates", "low_rank_takeover",
+                                    "acpsgd_rank4", "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
+                      "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
+                      "momentum=None, under SGD), masking (the sparsifiers at the momentum_masking values 0, 0.5 "
+                      "and 1 other than their default, under SGD), candidates (DGC with its threshold aimed at "
+                      "its slots, candidates_per_slot=1, as in its paper; DRAGONN at 1 and 3 candidates per slot), "
+                      "paper_collisions (DRAGONN whose shared slots keep the last element written, as in its "
+                      "paper, at 1 and 2 candidates per slot; not run by default: "
+                      "--settings=recommended,candidates,paper_collisions --compressors=DRAGONN "
+                      "--name=dragonn_collisions), "
+                      "low_rank_takeover (PowerSGD and ACPSGD taking over the optimizer's momentum, "
+                      "momentum='auto', under SGD), acpsgd_rank4 (ACPSGD at rank 4, half the recommended rank 8's "
+                      "bytes), equal_bytes (ACPSGD at rank 8, PowerSGD(4)'s bytes per "
+                      "step; not run by default: its results, from before rank 8 was the recommended one, are "
+                      "convergence_equal_bytes.md, --settings=equal_bytes --name=convergence_equal_bytes), "
+                      "other_warmup (the recommended ones with a dense epoch where they start without and without "
+                      "where they start after one, under SGD), ratio_0.01 (the sparsifiers at ratio 0.01, under "
+                      "SGD), plain_adam (the recommended ones under Keras' Adam, "
+                      "and dense under tfcomp.FrozenVarianceAdam), aggressive.")
+    flags.DEFINE_list("compressors", [], "Only these compressors (class names); empty: all.")
+    flags.DEFINE_integer("workers", 2, "Emulated workers.")
+    flags.DEFINE_integer("seeds", 0, "Runs per configuration (model initialisation and data order); 0: each task's "
+                         "own (3 for the MLP and CNN, 1 for the language model).")
+    flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every task's epochs (a quick look: 0.5).")
+    flags.DEFINE_integer("evals_per_epoch", 2, "Held-out evaluations per epoch: the resolution of 'steps to target' "
+                         "(the digits tasks' 2 per epoch are 11 steps apart).", lower_bound=1)
+    flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts as dense's.")
+    flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
+    flags.DEFINE_string("out", "benchmarks/results", "Where convergence.{md,json} and the PNGs go.")
+    flags.DEFINE_string("name", "convergence", "Base name of the result files.")
+    flags.DEFINE_bool("merge", False, "Keep what an existing <name>.json has that this run does not redo: its task x "
+                      "optimizer blocks, and in a block this run redoes, the rows of settings and compressors it "
+                      "does not run (its dense training must come out the same). Each row keeps the command that "
+                      "made it.")
+
 
 def settings(optimizer_name):
     """{setting: [(label, compressor factory, {"learning_rate": ..., "warmup_epochs": ...,
@@ -75,7 +88,9 @@ def settings(optimizer_name):
     feedback on the gradient under the optimizer's own momentum), masking (the
     sparsifiers' other momentum_masking values), candidates (DGC with its
     threshold aimed at its slots, as in its paper, and DRAGONN's threshold
-    passing more elements than its slots), low_rank_takeover (PowerSGD and
+    aimed at its slots and at three times them), paper_collisions (DRAGONN's
+    shared slots keeping the last element written, as in its paper, not the
+    largest), low_rank_takeover (PowerSGD and
     ACPSGD taking over the optimizer's momentum too), acpsgd_rank4 (ACPSGD at half the
     bytes, the recommended rank until rank 8 trained better), other_warmup and
     ratio_0.01 (under SGD, the recommended ones with the other warm-up choice, and the
@@ -116,7 +131,12 @@ def settings(optimizer_name):
         ] if sgd else [],
         "candidates": [
             (f"{name}(0.1, candidates_per_slot={c:g})", _sparsifier(name, candidates_per_slot=c), {**warm, **adam})
-            for name, c in (("DGC", 1), ("DRAGONN", 2), ("DRAGONN", 3))
+            for name, c in (("DGC", 1), ("DRAGONN", 1), ("DRAGONN", 3))
+        ],
+        "paper_collisions": [
+            (f"DRAGONN(0.1, candidates_per_slot={c}, the last written kept)",
+             lambda c=c: PaperRuleDRAGONN(0.1, candidates_per_slot=c), {**warm, **adam})
+            for c in (1, 2)
         ],
         "low_rank_takeover": [
             ("PowerSGD(4, momentum='auto')", lambda: tfcomp.PowerSGD(4, momentum="auto"), warm),
@@ -186,6 +206,38 @@ def train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs
             "warmup_steps": warmup_epochs * steps_per_epoch, "seconds": time.perf_counter() - start}
 
 
+def _commands(block):
+    """[(command, date)] of the runs whose rows a block holds (blocks written before rows kept
+    their commands hold one)."""
+    return block.get("commands") or [(block["command"], block["machine"]["date"])]
+
+
+def _compressor(label):
+    return label.split("(")[0].split(",")[0]
+
+
+def merged_block(earlier, block, settings, compressors):
+    """block, with the earlier block's rows that a run of these settings and compressors (empty:
+    all) does not cover, grouped by setting in the earlier order. Rows compared with different dense runs would
+    not compare, so dense training must have come out the same (it is deterministic on CPU)."""
+    theirs, ours = earlier["dense"], block["dense"]
+    if [theirs["final"], theirs["steps_to_target"]] != [ours["final"], ours["steps_to_target"]]:
+        raise ValueError(f"dense training came out differently from the run being merged into "
+                         f"(final {ours['final']} against {theirs['final']}, target at step "
+                         f"{ours['steps_to_target']} against {theirs['steps_to_target']}): redo the whole "
+                         "block (all its settings and compressors) without --merge")
+    new = {(r["setting"], r["label"]): r for r in block["runs"]}
+    rows = {}
+    for r in earlier["runs"]:
+        covered = r["setting"] in settings and (not compressors or _compressor(r["label"]) in compressors)
+        kept = new.pop((r["setting"], r["label"]), None) or (None if covered else r)
+        rows.setdefault(r["setting"], []).extend([kept] if kept else [])
+    for r in new.values():
+        rows.setdefault(r["setting"], []).append(r)
+    return {**block, "runs": [r for group in rows.values() for r in group],
+            "commands": _commands(earlier) + _commands(block)}
+
+
 def verdict(run, dense):
     close = run["final"] >= dense["final"] - FLAGS.tolerance
     reached, dense_reached = run["steps_to_target"], dense["steps_to_target"]
@@ -212,8 +264,8 @@ def markdown(results):
         dense = block["dense"]
         lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {task.target}, "
                   f"{len(dense['per_seed'])} seed{'s' if len(dense['per_seed']) > 1 else ''})\n"]
-        if "command" in block:  # the run that made this block (--merge keeps blocks of earlier runs)
-            lines.append(f"`{block['command']}` ({block['machine']['date']})\n")
+        if "command" in block:  # the runs that made this block (--merge keeps rows of earlier runs)
+            lines += [f"`{command}` ({date})\n" for command, date in _commands(block)]
         lines += ["| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
                   "| like dense |",
                   "|---|---|---|---|---|---|---|---|",
@@ -271,7 +323,7 @@ def main(argv):
             chosen = settings(optimizer_name)
             for setting in FLAGS.settings:
                 for label, factory, options in chosen[setting]:
-                    if FLAGS.compressors and label.split("(")[0].split(",")[0] not in FLAGS.compressors:
+                    if FLAGS.compressors and _compressor(label) not in FLAGS.compressors:
                         continue
                     run = run_one(task, optimizer_name, factory, **options)
                     run.update(setting=setting, label=label)
@@ -281,8 +333,10 @@ def main(argv):
                           f"({run['final'] - dense['final']:+.3f}), target at step {run['steps_to_target']}"
                           f" -> {'like dense' if run['like_dense'] else 'NOT like dense'} ({run['seconds']} s)",
                           flush=True)
-            results[key] = {"task": task_name, "optimizer": optimizer_name, "dense": dense, "runs": runs,
-                            "command": harness.command_line("benchmarks.convergence"), "machine": harness.machine()}
+            block = {"task": task_name, "optimizer": optimizer_name, "dense": dense, "runs": runs,
+                     "command": harness.command_line("benchmarks.convergence"), "machine": harness.machine()}
+            results[key] = (merged_block(results[key], block, FLAGS.settings, FLAGS.compressors)
+                            if key in results else block)
             harness.write_results(out, FLAGS.name, {"machine": harness.machine(), "results": results,
                                                     "command": harness.command_line("benchmarks.convergence")},
                                   markdown(results))
@@ -291,4 +345,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -25,8 +25,16 @@ def hash_slot(params, i, m):
     return ((((a0 * (i & MASK32)) + a1 * (i >> 32) + b) & MASK64) * m) >> 64
 
 
+def slot_claim(magnitude, i):
+    """A selected element's claim on its slot (sparse_core.h's SlotClaim): float32(|g|)'s
+    bits with the top bit set, then the index; the slot keeps the largest."""
+    bits = int(np.array(magnitude, np.float32).view(np.uint32))
+    return ((bits | 0x80000000) << 32) | (int(i) & MASK32)
+
+
 def hash_select(g, threshold, seed, capacity):
-    """Sequential Algorithm 1: in index order, the last writer of a slot wins."""
+    """Sequential Algorithm 1, a slot keeping the largest magnitude hashed to it (float32(|g|),
+    NaN above +Inf), ties to the larger index."""
     acc = np.float64 if g.dtype == np.float64 else np.float32
     flat = g.reshape(-1).astype(acc)
     with np.errstate(over="ignore"):  # the op takes the threshold in g's dtype
@@ -34,9 +42,13 @@ def hash_select(g, threshold, seed, capacity):
     with np.errstate(invalid="ignore"):
         selected = np.nonzero(~(np.abs(flat) < t))[0]
     params = hash_from_seed(*seed)
-    indices = np.full(capacity, -1, np.int64)
-    for i in selected if capacity else ():  # no slots: nothing is kept
-        indices[hash_slot(params, i, capacity)] = i
+    claims = [0] * capacity
+    with np.errstate(over="ignore"):  # float64 magnitudes beyond float32 claim as +Inf
+        magnitudes = np.abs(flat[selected]).astype(np.float32)
+    for i, magnitude in zip(selected if capacity else (), magnitudes):  # no slots: nothing is kept
+        slot = hash_slot(params, i, capacity)
+        claims[slot] = max(claims[slot], slot_claim(magnitude, i))
+    indices = np.array([c & MASK32 if c else -1 for c in claims], np.int64)
     values = np.zeros(capacity, g.dtype)
     values[indices >= 0] = g.reshape(-1)[indices[indices >= 0]]
     return values, indices, selected

@@ -41,9 +41,11 @@ def test_no_compression_matches_tf_distribute(tmp_path):
 SPARSE = {"ratio": 0.05, "selection": False}  # the test model's tensors are small
 
 
+# Three workers once per collective kind (allgather: DRAGONN, allreduce: ACPSGD); the
+# Horovod suite runs EFSignSGD on three ranks.
 @pytest.mark.parametrize("compression, lr, workers, extra", [
-    ("FP16", 0.2, 2, {}), ("SignSGD", 0.01, 2, {}), ("EFSignSGD", 0.2, 2, {}), ("EFSignSGD", 0.2, 3, {}),
-    ("DRAGONN", 0.2, 2, SPARSE), ("DRAGONN", 0.2, 3, SPARSE), ("DGC", 0.2, 2, SPARSE),
+    ("FP16", 0.2, 2, {}), ("SignSGD", 0.01, 2, {}), ("EFSignSGD", 0.2, 2, {}),
+    ("DRAGONN", 0.2, 3, SPARSE), ("DGC", 0.2, 2, SPARSE),
     ("TopK", 0.2, 2, SPARSE), ("RandomK", 0.5, 2, SPARSE), ("DRAGONN", 0.2, 2, {**SPARSE, "warmup_steps": 8}),
     ("PowerSGD", 0.2, 2, {"rank": 4}), ("ACPSGD", 0.2, 2, {"rank": 4}), ("ACPSGD", 0.2, 3, {"rank": 4})])
 def test_compressors_train_under_model_fit(tmp_path, compression, lr, workers, extra):

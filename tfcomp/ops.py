@@ -158,8 +158,9 @@ def hash_select(g, threshold, seed, capacity):
     """DRAGONN's hashed threshold selection over g (any shape, flattened).
 
     Every element with |g| >= threshold (and every NaN) goes to slot h(i) of
-    `capacity` slots, h a universal hash drawn from seed (int64[2]); the largest
-    index wins a shared slot, on every device and thread count. Returns
+    `capacity` slots, h a universal hash drawn from seed (int64[2]); a shared slot
+    keeps the largest magnitude (float32(|g|), NaN above +Inf), ties to the larger
+    index, on every device and thread count. At most 2^32 elements. Returns
     (values[capacity], indices[capacity]); empty slots are (0, -1).
     """
     g = tf.convert_to_tensor(g)

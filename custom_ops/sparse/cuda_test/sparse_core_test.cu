@@ -2,6 +2,10 @@
 // selection and sparse decode on the GPU for __half, float and double with
 // int32 and int64 indices, and the sampled threshold for each of those types,
 // and compares them with sequential CPU references built from sparse_core.h.
+// Hashed selection also checks the collision rule directly: each filled slot
+// holds an element at least as large (float32(|g|), NaN above +Inf) as every
+// selected element hashed to it, with tables far smaller than the selection
+// and with many equal magnitudes (ties go to the larger index).
 // Selected indices and values must match bit for bit; decoded values too,
 // except that any NaN matches any NaN (GPU arithmetic returns the canonical
 // NaN, x86 the operand's payload); thresholds too, except that +0 matches -0.
@@ -22,6 +26,23 @@ namespace cu = tfcomp::sparse::cuda;
 using namespace tfcomp::cuda_test;  // NOLINT: the helpers of cuda_test.h
 
 namespace {
+
+
+// Device scratch for the launchers (allocate(bytes), null on failure), freed
+// once the results are downloaded.
+struct Scratch {
+  std::vector<void*> blocks;
+  void* operator()(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    blocks.push_back(p);
+    return p;
+  }
+  void Free() {
+    for (void* p : blocks) CHECK_CUDA(cudaFree(p));
+    blocks.clear();
+  }
+};
 
 template <typename T>
 bool SameValue(const T& a, const T& b) {
@@ -53,6 +74,32 @@ void Expect(bool ok, const char* what, int64_t n, int64_t capacity, double extra
   }
 }
 
+// Values where most magnitudes repeat (+-0.5, +-0.25, +-0, Inf, NaN), so that
+// many elements sharing a slot tie, and a few distinct ones in [-1, 1).
+template <typename T>
+std::vector<T> MakeTies(int64_t n) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double tie[] = {0.5, -0.5, 0.25, -0.25, 0.0, -0.0, inf, nan};
+  std::vector<T> x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t r = NextRandom();
+    // Inf and NaN rarely (1 in 64 each), so that slots also settle on finite ties.
+    x[i] = FromDouble<T>(r % 8 == 0 ? r / 2147483648.0 - 1.0
+                                    : tie[(r >> 3) % 64 < 62 ? (r >> 3) % 6 : 6 + (r >> 3) % 2]);
+  }
+  return x;
+}
+
+// Whether magnitude a ranks at least as high as b in the claims' order:
+// float32(|g|), NaN above +Inf.
+bool AtLeast(float a, float b) { return std::isnan(a) || (!std::isnan(b) && a >= b); }
+
+template <typename T>
+float ClaimMagnitude(const T& x) {
+  return static_cast<float>(tfcomp::AbsValue(x));
+}
+
 template <typename T, typename Index>
 void CheckSelect(const std::vector<T>& g, const T* d_g, int64_t capacity, double threshold) {
   const int64_t n = static_cast<int64_t>(g.size());
@@ -60,31 +107,78 @@ void CheckSelect(const std::vector<T>& g, const T* d_g, int64_t capacity, double
   const sp::HashParams hash =
       sp::HashFromSeed(static_cast<uint64_t>(n), static_cast<uint64_t>(capacity));
 
-  // Reference: a sequential pass in index order; the last writer wins.
-  std::vector<Index> want_indices(capacity, static_cast<Index>(sp::kEmptyIndex));
-  std::vector<T> want_values(capacity, FromDouble<T>(0.0));
+  // Reference: a sequential pass in index order; each slot keeps the largest
+  // claim (magnitude, then index) of the selected elements hashed to it.
+  std::vector<uint64_t> want_claims(capacity, 0);
   if (capacity > 0) {
     for (int64_t i = 0; i < n; ++i) {
-      if (sp::Selected(tfcomp::AbsValue(g[i]), static_cast<Acc<T>>(t))) {
+      const Acc<T> magnitude = tfcomp::AbsValue(g[i]);
+      if (sp::Selected(magnitude, static_cast<Acc<T>>(t))) {
         const int64_t slot = sp::HashSlot(hash, static_cast<uint64_t>(i), capacity);
-        want_indices[slot] = static_cast<Index>(i);
+        want_claims[slot] = std::max(want_claims[slot], sp::SlotClaim(magnitude, i));
       }
     }
   }
+  std::vector<Index> want_indices(capacity, static_cast<Index>(sp::kEmptyIndex));
+  std::vector<T> want_values(capacity, FromDouble<T>(0.0));
   for (int64_t j = 0; j < capacity; ++j) {
+    want_indices[j] = static_cast<Index>(sp::ClaimedIndex(want_claims[j]));
     if (want_indices[j] >= 0) want_values[j] = g[want_indices[j]];
   }
 
   DeviceArray<T> d_t(std::vector<T>{t}), d_values(capacity);
   DeviceArray<Index> d_indices(capacity);
+  Scratch allocate;
   CHECK_CUDA(cu::LaunchHashSelect(d_g, n, d_t.ptr, hash, capacity, d_values.ptr,
-                                  d_indices.ptr, nullptr));
+                                  d_indices.ptr, allocate, nullptr));
   const std::vector<Index> indices = d_indices.Download(capacity);
   const std::vector<T> values = d_values.Download(capacity);
+  allocate.Free();
   for (int64_t j = 0; j < capacity; ++j) {
     Expect<T, Index>(indices[j] == want_indices[j], "select index", n, capacity, threshold, j);
     const bool same = SameBits(values[j], want_values[j]);
     Expect<T, Index>(same, "select value", n, capacity, threshold, j);
+  }
+
+  // The collision rule on its own terms, from the GPU's table: every selected
+  // element's slot is filled, with an element at least as large, and one that
+  // is not smaller than it only by losing a tie on the index.
+  for (int64_t i = 0; i < n && capacity > 0; ++i) {
+    if (!sp::Selected(tfcomp::AbsValue(g[i]), static_cast<Acc<T>>(t))) continue;
+    const int64_t slot = sp::HashSlot(hash, static_cast<uint64_t>(i), capacity);
+    const int64_t kept = indices[slot];
+    if (kept < 0 || kept >= n) {
+      Expect<T, Index>(false, "select empty slot", n, capacity, threshold, i);
+      continue;
+    }
+    const float a = ClaimMagnitude(g[kept]), b = ClaimMagnitude(g[i]);
+    Expect<T, Index>(AtLeast(a, b), "select smaller magnitude kept", n, capacity, threshold, i);
+    const bool tie = AtLeast(b, a);
+    Expect<T, Index>(!tie || kept >= i, "select tie to smaller index", n, capacity, threshold, i);
+  }
+}
+
+// Collisions on purpose: tables far smaller than the selection, over values
+// with many equal magnitudes, so that most slots settle among dozens of
+// candidates and many of those tie.
+template <typename T, typename Index>
+void CheckCollisions() {
+  for (bool ties : {false, true}) {
+    const int64_t n = (int64_t{1} << 16) + 3;
+    const std::vector<T> g = ties ? MakeTies<T>(n) : MakeValues<T>(n, true);
+    const DeviceArray<T> d_g(g);
+    for (int64_t capacity : {int64_t{2}, int64_t{61}, int64_t{1000}}) {
+      for (double t : {0.0, 0.25, 0.5}) {
+        int64_t selected = 0;
+        for (const T& x : g) {
+          selected += sp::Selected(tfcomp::AbsValue(x), static_cast<Acc<T>>(FromDouble<T>(t)));
+        }
+        // The case is only worth its name if slots see many candidates each.
+        Expect<T, Index>(selected >= 8 * capacity, "collision case too sparse", n, capacity, t,
+                         selected);
+        CheckSelect<T, Index>(g, d_g.ptr, capacity, t);
+      }
+    }
   }
 }
 
@@ -118,17 +212,11 @@ void CheckDecode(int64_t n, int64_t capacity, int k, bool specials) {
 
   DeviceArray<T> d_values(values), d_dense(n);
   DeviceArray<Index> d_indices(indices);
-  std::vector<void*> scratch;
-  auto allocate = [&scratch](size_t bytes) -> void* {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    scratch.push_back(p);
-    return p;
-  };
+  Scratch allocate;
   CHECK_CUDA(cu::LaunchSparseDecode(d_values.ptr, d_indices.ptr, count, n, d_dense.ptr, allocate,
                                     nullptr));
   const std::vector<T> dense = d_dense.Download(n);
-  for (void* p : scratch) CHECK_CUDA(cudaFree(p));
+  allocate.Free();
   for (int64_t i = 0; i < n; ++i) {
     Expect<T, Index>(SameValue(dense[i], want[i]), "decode", n, capacity, k, i);
   }
@@ -159,6 +247,7 @@ void CheckType() {
       }
     }
   }
+  CheckCollisions<T, Index>();
   CheckDecode<T, Index>(1000, 1 << 16, 5, true);  // long runs of duplicates
   CHECK_CUDA(cudaDeviceSynchronize());
   std::printf("%-6s int%d select/decode: %s\n", TypeName<T>(), static_cast<int>(8 * sizeof(Index)),
@@ -194,17 +283,11 @@ void CheckThreshold(const std::vector<T>& g, const DeviceArray<T>& d_g, int64_t 
 
   DeviceArray<T> d_threshold(1);
   CHECK_CUDA(cudaMemset(d_threshold.ptr, 0xff, sizeof(T)));  // NaN: a kernel that writes nothing fails
-  std::vector<void*> scratch;
-  auto allocate = [&scratch](size_t bytes) -> void* {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    scratch.push_back(p);
-    return p;
-  };
+  Scratch allocate;
   CHECK_CUDA(cu::LaunchSampledThreshold(d_g.ptr, n, hash, num_samples, k, d_threshold.ptr,
                                         allocate, nullptr));
   const T got = d_threshold.Download(1)[0];
-  for (void* p : scratch) CHECK_CUDA(cudaFree(p));
+  allocate.Free();
   const bool zeros = static_cast<Acc<T>>(got) == 0 && static_cast<Acc<T>>(want) == 0;
   if (!SameBits(got, want) && !zeros && ++g_failures <= 20) {
     std::printf("FAIL %s threshold n=%lld num_samples=%lld k=%lld: got %g, want %g\n",

@@ -3,14 +3,18 @@
 // and the standalone CUDA test. No TensorFlow here.
 //
 // Hashed selection (DRAGONN, Algorithm 1): m slots start empty (index -1,
-// value 0). Every element i with |g[i]| >= t, or g[i] NaN, is written to slot
-// h(i); when several land in one slot the largest index wins, which is what a
-// sequential pass in index order leaves ("the last writer wins") and what
-// atomic max gives on any number of threads, so every device and thread count
-// selects the same. NaN is selected so that a diverged gradient reaches the
-// optimizer (a collision only delays it: it waits in the residual) instead of
-// hiding in a residual; a NaN threshold selects everything. Each valid index
-// is distinct and sits in its hash slot. Element 0 is an ordinary index.
+// value 0). Every element i with |g[i]| >= t, or g[i] NaN, claims slot h(i);
+// when several land in one slot the largest magnitude wins (float32(|g|), NaN
+// above +Inf), ties to the larger index. The paper lets the last writer win;
+// keeping the largest sends more of the gradient's energy in the same slots
+// (benchmarks/results/dragonn_collisions.md) and is still one pass with no
+// dependencies: a claim packs magnitude and index into one 64-bit word
+// (SlotClaim), so atomic max settles a slot on any number of threads and every
+// device and thread count selects the same. NaN is selected so that a
+// diverged gradient reaches the optimizer instead of hiding in a residual; a
+// NaN threshold selects everything. Each valid index is distinct and sits in
+// its hash slot. Element 0 is an ordinary index. The index takes the claim's
+// low 32 bits, so a tensor has at most 2^32 elements (kMaxHashSelectElements).
 //
 // h is Dietzfelbinger's multiply-add-shift onto [0, m). The index is split
 // into 32-bit halves, i = i1 * 2^32 + i0, and (a0, a1, b) are drawn from a
@@ -28,6 +32,7 @@
 #define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CORE_H_
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "custom_ops/common/numeric.h"
@@ -70,6 +75,32 @@ TFCOMP_HOST_DEVICE inline uint64_t MulHi64(uint64_t a, uint64_t b) {
 TFCOMP_HOST_DEVICE inline int64_t HashSlot(HashParams h, uint64_t i, int64_t m) {
   const uint64_t x = h.a0 * (i & 0xffffffffu) + h.a1 * (i >> 32) + h.b;  // mod 2^64
   return static_cast<int64_t>(MulHi64(x, static_cast<uint64_t>(m)));  // x * m / 2^64
+}
+
+constexpr int64_t kMaxHashSelectElements = int64_t{1} << 32;
+
+// Element i's claim on its slot, from its magnitude |g[i]| (abs_value, >= 0 or
+// NaN): the slot keeps the largest claim. High 32 bits: float32(abs_value)'s bit
+// pattern, which orders like the magnitudes with NaN above +Inf, with the top bit
+// set so that an empty slot (claim 0) loses to every claim. Low 32 bits: i.
+// Every NaN claims as the one NaN 0x7fc00000: devices differ in which NaN bits
+// fabs and narrowing keep, and the choice must not.
+template <typename Acc>
+TFCOMP_HOST_DEVICE inline uint64_t SlotClaim(Acc abs_value, int64_t i) {
+  const float magnitude = static_cast<float>(abs_value);
+#if defined(__CUDA_ARCH__)
+  uint32_t bits = __float_as_uint(magnitude);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &magnitude, sizeof(bits));
+#endif
+  if (magnitude != magnitude) bits = 0x7fc00000u;
+  return (static_cast<uint64_t>(bits | 0x80000000u) << 32) | (static_cast<uint64_t>(i) & 0xffffffffu);
+}
+
+// The index a slot's claim names, kEmptyIndex for an empty slot (claim 0).
+TFCOMP_HOST_DEVICE inline int64_t ClaimedIndex(uint64_t claim) {
+  return claim == 0 ? kEmptyIndex : static_cast<int64_t>(claim & 0xffffffffu);
 }
 
 // Threshold estimation (as DGC does it) samples num_samples elements in runs of

@@ -38,14 +38,6 @@ __device__ inline int64_t GlobalThread() {
 }
 __device__ inline int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-// slot = max(slot, index) as signed integers: -1 (empty) loses to any index.
-__device__ inline void ClaimSlot(int32_t* slot, int32_t index) { atomicMax(slot, index); }
-__device__ inline void ClaimSlot(int64_t* slot, int64_t index) {
-  // int64_t is long; CUDA's signed 64-bit atomicMax takes long long, the same bits.
-  static_assert(sizeof(long long) == sizeof(int64_t), "64-bit long long");
-  atomicMax(reinterpret_cast<long long*>(slot), static_cast<long long>(index));
-}
-
 template <typename V>
 __global__ void FillKernel(V* __restrict__ out, int64_t n, V value) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) out[i] = value;
@@ -70,12 +62,16 @@ inline int BitsFor(int64_t n) {
   return bits;
 }
 
-// Thread t reads g[t V, t V + V) as one access (g aligned to V * sizeof(T)).
-// The claims are atomic maxima, so the table does not depend on the order.
-template <typename T, typename Index, int V>
+// claims[h(i)] = max(claims[h(i)], SlotClaim(|g[i]|, i)) for every selected i;
+// claims[capacity] start at 0 (empty). Thread t reads g[t V, t V + V) as one
+// access (g aligned to V * sizeof(T)). The claims are atomic maxima of
+// (magnitude, index), so the table does not depend on the order of the writes.
+template <typename T, int V>
 __global__ void HashSelectKernel(const T* __restrict__ g, int64_t n,
                                  const T* __restrict__ threshold, HashParams hash,
-                                 int64_t capacity, Index* __restrict__ indices) {
+                                 int64_t capacity, uint64_t* __restrict__ claims) {
+  // uint64_t is unsigned long; CUDA's 64-bit atomicMax takes unsigned long long, the same bits.
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit unsigned long long");
   const Acc<T> t = static_cast<Acc<T>>(*threshold);
   const int64_t packs = (n + V - 1) / V;
   for (int64_t p = GlobalThread(); p < packs; p += GridStride()) {
@@ -84,19 +80,26 @@ __global__ void HashSelectKernel(const T* __restrict__ g, int64_t n,
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       const int64_t i = first + e;
-      if (i < n && Selected(AbsValue(values.v[e]), t)) {
-        ClaimSlot(indices + HashSlot(hash, static_cast<uint64_t>(i), capacity),
-                  static_cast<Index>(i));
+      if (i >= n) continue;
+      const Acc<T> magnitude = AbsValue(values.v[e]);
+      if (Selected(magnitude, t)) {
+        const int64_t slot = HashSlot(hash, static_cast<uint64_t>(i), capacity);
+        atomicMax(reinterpret_cast<unsigned long long*>(claims) + slot,
+                  static_cast<unsigned long long>(SlotClaim(magnitude, i)));
       }
     }
   }
 }
 
+// indices[j] = the index claims[j] names (kEmptyIndex for an empty slot),
+// values[j] = g[indices[j]], or zero for an empty slot.
 template <typename T, typename Index>
-__global__ void GatherKernel(const T* __restrict__ g, const Index* __restrict__ indices,
-                             int64_t capacity, T zero, T* __restrict__ values) {
+__global__ void GatherKernel(const T* __restrict__ g, const uint64_t* __restrict__ claims,
+                             int64_t capacity, T zero, T* __restrict__ values,
+                             Index* __restrict__ indices) {
   for (int64_t j = GlobalThread(); j < capacity; j += GridStride()) {
-    const Index i = indices[j];
+    const int64_t i = ClaimedIndex(claims[j]);
+    indices[j] = static_cast<Index>(i);
     values[j] = i >= 0 ? g[i] : zero;
   }
 }
@@ -121,24 +124,29 @@ __global__ void SumRunsKernel(const T* __restrict__ values, const Index* __restr
 }
 
 // Writes indices[capacity] and values[capacity]; threshold is one element in
-// device memory. Returns the launch error.
-template <typename T, typename Index>
+// device memory; n <= kMaxHashSelectElements (a claim holds 32 bits of index).
+// allocate(bytes) returns device scratch that stays valid for the work queued
+// on stream, or null on failure: capacity 64-bit claims, zeroed, that
+// HashSelectKernel raises to the largest (magnitude, index) of each slot and
+// GatherKernel reads back. Returns the first CUDA error.
+template <typename T, typename Index, typename Allocate>
 cudaError_t LaunchHashSelect(const T* g, int64_t n, const T* threshold, HashParams hash,
-                             int64_t capacity, T* values, Index* indices, cudaStream_t stream) {
-  if (capacity > 0) {
-    const unsigned int slot_grid = GridFor(capacity);
-    FillKernel<Index><<<slot_grid, kThreads, 0, stream>>>(indices, capacity,
-                                                          static_cast<Index>(kEmptyIndex));
-    if (n > 0) {
-      cuda_vec::WithVecWidth<T>(g, [&](auto width) {
-        constexpr int V = decltype(width)::value;
-        HashSelectKernel<T, Index, V><<<GridFor((n + V - 1) / V), kThreads, 0, stream>>>(
-            g, n, threshold, hash, capacity, indices);
-      });
-    }
-    GatherKernel<T, Index><<<slot_grid, kThreads, 0, stream>>>(g, indices, capacity,
-                                                               static_cast<T>(0.0f), values);
+                             int64_t capacity, T* values, Index* indices, Allocate&& allocate,
+                             cudaStream_t stream) {
+  if (capacity <= 0) return cudaGetLastError();
+  uint64_t* claims = static_cast<uint64_t*>(allocate(capacity * sizeof(uint64_t)));
+  if (claims == nullptr) return cudaErrorMemoryAllocation;
+  const unsigned int slot_grid = GridFor(capacity);
+  FillKernel<uint64_t><<<slot_grid, kThreads, 0, stream>>>(claims, capacity, uint64_t{0});
+  if (n > 0) {
+    cuda_vec::WithVecWidth<T>(g, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      HashSelectKernel<T, V><<<GridFor((n + V - 1) / V), kThreads, 0, stream>>>(
+          g, n, threshold, hash, capacity, claims);
+    });
   }
+  GatherKernel<T, Index><<<slot_grid, kThreads, 0, stream>>>(g, claims, capacity,
+                                                             static_cast<T>(0.0f), values, indices);
   return cudaGetLastError();
 }
 

@@ -89,16 +89,18 @@ struct HashSelect<CPUDevice, T, Index> {
   void operator()(OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
                   sparse::HashParams hash, int64_t capacity, T* values, Index* indices) {
     const auto t = static_cast<typename Accumulator<T>::type>(*threshold);
-    std::fill(indices, indices + capacity, static_cast<Index>(sparse::kEmptyIndex));
+    std::vector<uint64_t> claims(capacity, 0);
     std::fill(values, values + capacity, T(0));
     const int64_t blocks = (n + kSelectBlock - 1) / kSelectBlock;
     const bool threaded = ctx->device()->tensorflow_cpu_worker_threads()->num_threads > 1 && blocks > 1;
-    const Slots<T, Index> slots{hash, capacity, indices, threaded ? nullptr : values};
+    const Slots<T, Index> slots{hash, capacity, claims.data(), threaded ? nullptr : values};
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
       SelectRange(BestIsa(), g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
     });
-    for (int64_t j = 0; threaded && j < capacity; ++j) {
-      if (indices[j] >= 0) values[j] = g[indices[j]];
+    for (int64_t j = 0; j < capacity; ++j) {
+      const int64_t index = sparse::ClaimedIndex(claims[j]);
+      indices[j] = static_cast<Index>(index);
+      if (threaded && index >= 0) values[j] = g[index];
     }
   }
 };
@@ -222,6 +224,9 @@ class HashSelectOp : public OpKernel {
     OP_REQUIRES(ctx, n - 1 <= static_cast<int64_t>(std::numeric_limits<Index>::max()),
                 InvalidArgument("g has ", n, " elements, too many for ",
                                 sizeof(Index) == 4 ? "int32" : "int64", " indices; use int64"));
+    OP_REQUIRES(ctx, n <= sparse::kMaxHashSelectElements,
+                InvalidArgument("g has ", n, " elements; hashed selection takes at most ",
+                                sparse::kMaxHashSelectElements, " (2^32): split the tensor"));
     Tensor* values = nullptr;
     Tensor* indices = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({capacity_}), &values));

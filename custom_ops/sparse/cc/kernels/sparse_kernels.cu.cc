@@ -40,10 +40,11 @@ template <typename T, typename Index>
 struct HashSelect<GPUDevice, T, Index> {
   void operator()(tensorflow::OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
                   sparse::HashParams hash, int64_t capacity, T* values, Index* indices) {
-    CheckLaunch(ctx,
-                sparse::cuda::LaunchHashSelect(g, n, threshold, hash, capacity, values, indices,
-                                               StreamOf(ctx)),
-                "HashSelect");
+    tensorflow::Tensor scratch;
+    const cudaError_t err =
+        sparse::cuda::LaunchHashSelect(g, n, threshold, hash, capacity, values, indices,
+                                       TempAllocator{ctx, &scratch}, StreamOf(ctx));
+    if (ctx->status().ok()) CheckLaunch(ctx, err, "HashSelect");
   }
 };
 

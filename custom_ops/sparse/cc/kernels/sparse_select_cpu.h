@@ -17,27 +17,35 @@ namespace tfcomp {
 namespace sparse {
 namespace cpu {
 
-// The slots being filled. A slot keeps the largest index that hashes to it, on
-// any thread count. One thread visits indices in ascending order, so it just
-// overwrites, value included (the value is in a register now; reading it back
-// later would miss the cache once per slot). Several threads settle the index
-// by atomic max and read the values afterwards.
+// The slots being filled: each keeps the largest claim (sparse::SlotClaim:
+// magnitude, then index) hashed to it, on any thread count. One thread keeps
+// the winner's value beside its claim (the value is in a register now; reading
+// it back later would miss the cache once per slot). Several threads settle
+// the claim by atomic max and read the values afterwards.
 template <typename T, typename Index>
 struct Slots {
   sparse::HashParams hash;
   int64_t capacity;
-  Index* indices;
-  T* values;  // nullptr when several threads select
-  void Claim(int64_t i, T value) const {
-    const int64_t slot = sparse::HashSlot(hash, i, capacity);
-    const Index index = static_cast<Index>(i);
+  uint64_t* claims;  // capacity of them, 0 (empty) at the start
+  T* values;         // nullptr when several threads select
+  int64_t SlotOf(int64_t i) const { return sparse::HashSlot(hash, i, capacity); }
+  // Fetches a slot's lines ahead of its claim: each claim reads its slot first.
+  void Prefetch(int64_t slot) const {
+    __builtin_prefetch(claims + slot, 1);
+    if (values != nullptr) __builtin_prefetch(values + slot, 1);
+  }
+  void Claim(int64_t i, T value) const { ClaimSlot(SlotOf(i), i, value); }
+  void ClaimSlot(int64_t slot, int64_t i, T value) const {
+    const uint64_t claim = sparse::SlotClaim(AbsValue(value), i);
     if (values != nullptr) {
-      indices[slot] = index;
-      values[slot] = value;
+      if (claim > claims[slot]) {
+        claims[slot] = claim;
+        values[slot] = value;
+      }
       return;
     }
-    Index seen = __atomic_load_n(indices + slot, __ATOMIC_RELAXED);
-    while (seen < index && !__atomic_compare_exchange_n(indices + slot, &seen, index, true,
+    uint64_t seen = __atomic_load_n(claims + slot, __ATOMIC_RELAXED);
+    while (seen < claim && !__atomic_compare_exchange_n(claims + slot, &seen, claim, true,
                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
   }
@@ -75,7 +83,8 @@ __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_
 
 // float32 with AVX-512: one compare per 16 elements, and where any is
 // selected, a compress appends their indices and values to a buffer, which is
-// claimed in index order when full. Claiming between the vector loads, as the
+// claimed in index order when full, each slot fetched a few claims ahead (a
+// claim reads its slot before it writes; see benchmarks/results/sparse_bench.md). Claiming between the vector loads, as the
 // AVX2 loop does, was about 1.2 ms slower at 2^24 inside the op at every ratio
 // (see benchmarks/results/sparse_bench.md). Indices are 32-bit lanes, so
 // ranges past INT32_MAX take the AVX2 loop.
@@ -84,11 +93,17 @@ __attribute__((target("avx512f"))) void SelectRangeFloatAvx512(const float* g, i
                                                                int64_t end, float t,
                                                                const Slots<float, Index>& slots) {
   constexpr int64_t kBatch = 4096;
+  constexpr int64_t kAhead = 16;
   int32_t batch_indices[kBatch + 16];
   float batch_values[kBatch + 16];
+  int64_t batch_slots[kBatch + 16];
   int64_t size = 0;
   const auto claim_batch = [&] {
-    for (int64_t j = 0; j < size; ++j) slots.Claim(batch_indices[j], batch_values[j]);
+    for (int64_t j = 0; j < size; ++j) batch_slots[j] = slots.SlotOf(batch_indices[j]);
+    for (int64_t j = 0; j < size; ++j) {
+      if (j + kAhead < size) slots.Prefetch(batch_slots[j + kAhead]);
+      slots.ClaimSlot(batch_slots[j], batch_indices[j], batch_values[j]);
+    }
     size = 0;
   };
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);

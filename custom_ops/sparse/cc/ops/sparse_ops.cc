@@ -49,8 +49,9 @@ REGISTER_OP("TfcompHashSelect")
     .Doc(R"doc(
 DRAGONN's hashed selection: every element of g (flattened) with |g| >= threshold
 (or NaN) is written to slot h(index) of `capacity` slots, h a universal hash
-drawn from seed[0:2]; the largest index wins a shared slot. Empty slots hold
-index -1 and value 0.
+drawn from seed[0:2]; a shared slot keeps the largest magnitude (float32(|g|),
+NaN above +Inf), ties to the larger index. Empty slots hold index -1 and value 0.
+At most 2^32 elements.
 )doc");
 
 REGISTER_OP("TfcompSampledThreshold")

@@ -1,10 +1,13 @@
 // Unit test of sparse_core.h (no TensorFlow): the hash against a
 // straightforward __int128 reference, the seed expansion, an empirical
-// universality check, the selection predicate, and every selection loop this
-// CPU runs against the sequential reference.
+// universality check, the selection predicate, the slot claims' order against
+// the collision rule spelled out, and every selection loop this CPU runs
+// (on one thread and on several) against the sequential reference, plus
+// certain collisions with their winners spelled out.
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include "custom_ops/sparse/cc/kernels/sparse_core.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,7 +16,9 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,7 +48,10 @@ int64_t RefHashSlot(HashParams h, uint64_t i, int64_t m) {
 
 // ---- Tests -----------------------------------------------------------------
 
-void Constants() { CHECK(tfcomp::sparse::kEmptyIndex == -1); }
+void Constants() {
+  CHECK(tfcomp::sparse::kEmptyIndex == -1);
+  CHECK(tfcomp::sparse::kMaxHashSelectElements == int64_t{1} << 32);  // the claim's 32-bit index
+}
 
 void CheckHashSlot(HashParams h, uint64_t i, int64_t m) {
   const int64_t got = tfcomp::sparse::HashSlot(h, i, m);
@@ -195,32 +203,198 @@ void CheckSelected() {
 void SelectedFloat() { CheckSelected<float>(); }
 void SelectedDouble() { CheckSelected<double>(); }
 
-// One selection loop on g[begin, end) against Algorithm 1 done sequentially:
-// every index with |g| >= t (or NaN) in index order, the last writer winning.
-template <typename T, typename Index>
-void CheckSelectLoop(tfcomp::Isa isa, const std::vector<T>& g, int64_t begin, int64_t end, T t,
-                     int64_t capacity, HashParams h) {
-  std::vector<Index> indices(capacity, -1), want_indices(capacity, -1);
-  std::vector<T> values(capacity, T(0)), want_values(capacity, T(0));
+// The order a slot keeps, spelled out (sparse_core.h): NaN above every
+// number, then the larger float32 magnitude, then the larger index. a and b
+// are magnitudes, >= 0 or NaN.
+bool RefOutranks(float a, int64_t i, float b, int64_t j) {
+  if (std::isnan(a) != std::isnan(b)) return std::isnan(a);
+  if (!std::isnan(a) && a != b) return a > b;
+  return i > j;
+}
+
+// float32(|x|), the magnitude a claim compares.
+template <typename T>
+float Magnitude(T x) {
+  return static_cast<float>(std::fabs(x));
+}
+
+// NaNs of either sign with assorted payloads (quiet and signaling), which
+// claim alike: all NaNs tie.
+template <typename T>
+std::vector<T> NaNs() {
+  const std::vector<uint64_t> bits =
+      sizeof(T) == 4 ? std::vector<uint64_t>{0x7fc00000, 0xffc00000, 0x7fffffff, 0x7f800001,
+                                             0xffc00123, 0x7fa00000}
+                     : std::vector<uint64_t>{0x7ff8000000000000, 0xfff8000000000000,
+                                             0x7fffffffffffffff, 0x7ff0000000000001,
+                                             0xfff8000000000123, 0x7ff4000000000000};
+  std::vector<T> nans;
+  for (uint64_t b : bits) {
+    T x;
+    std::memcpy(&x, &b, sizeof(T));
+    nans.push_back(x);
+  }
+  return nans;
+}
+
+// SlotClaim orders like RefOutranks, from float and double magnitudes (double
+// ones compare as float32: 3 + 2^-40 ties 3, 1e300 ties inf), over indices up
+// to 2^32 - 1; no claim is 0 (empty), and ClaimedIndex gives the index back.
+template <typename Acc>
+void CheckSlotClaims() {
+  using L = std::numeric_limits<Acc>;
+  using tfcomp::sparse::ClaimedIndex;
+  using tfcomp::sparse::SlotClaim;
+  std::vector<Acc> magnitudes = {Acc(0),   L::denorm_min(), L::min(), Acc(1e-30),
+                                 Acc(0.5), Acc(1), std::nextafter(Acc(1), Acc(2)),
+                                 Acc(2),   Acc(3), L::max(),        L::infinity(),
+                                 L::quiet_NaN()};
+  if constexpr (std::is_same_v<Acc, double>) {
+    for (double m : {3 + std::ldexp(1.0, -40), 1e300, 1e-50}) magnitudes.push_back(m);
+  }
+  const int64_t indices[] = {0, 1, 2, 1000, (int64_t{1} << 31) - 1, int64_t{1} << 31,
+                             (int64_t{1} << 32) - 2, (int64_t{1} << 32) - 1};
+  for (Acc a : magnitudes) {
+    for (int64_t i : indices) {
+      const uint64_t claim = SlotClaim(a, i);
+      CHECK(claim != 0) << "|g| " << a << " index " << i << ": claim 0, an empty slot's";
+      CHECK(ClaimedIndex(claim) == i) << "|g| " << a << " index " << i << ": ClaimedIndex "
+                                      << ClaimedIndex(claim);
+      for (Acc b : magnitudes) {
+        for (int64_t j : indices) {
+          CHECK((claim > SlotClaim(b, j)) == RefOutranks(Magnitude(a), i, Magnitude(b), j))
+              << "(|g| " << a << ", index " << i << ") against (|g| " << b << ", index " << j
+              << "): claims 0x" << std::hex << claim << ", 0x" << SlotClaim(b, j);
+        }
+      }
+    }
+  }
+  // Through AbsValue, as the kernels call it: -0 claims as 0, -NaN as NaN.
+  CHECK(SlotClaim(tfcomp::AbsValue(-Acc(0)), 5) == SlotClaim(Acc(0), 5));
+  CHECK(SlotClaim(tfcomp::AbsValue(-L::quiet_NaN()), 5) == SlotClaim(L::quiet_NaN(), 5));
+  CHECK(SlotClaim(tfcomp::AbsValue(-L::infinity()), 5) == SlotClaim(L::infinity(), 5));
+  CHECK(SlotClaim(tfcomp::AbsValue(Acc(-2)), 5) == SlotClaim(Acc(2), 5));
+  for (Acc nan : NaNs<Acc>()) {
+    CHECK(SlotClaim(tfcomp::AbsValue(nan), 5) == SlotClaim(L::quiet_NaN(), 5))
+        << "a NaN claims 0x" << std::hex << SlotClaim(tfcomp::AbsValue(nan), 5) << ", not 0x"
+        << SlotClaim(L::quiet_NaN(), 5);
+  }
+  CHECK(ClaimedIndex(0) == tfcomp::sparse::kEmptyIndex);
+}
+void SlotClaimsFloat() { CheckSlotClaims<float>(); }
+void SlotClaimsDouble() { CheckSlotClaims<double>(); }
+
+// Algorithm 1 done sequentially with the collision rule of sparse_core.h: in
+// index order, every index with |g| >= t (or NaN) claims slot h(i), and the
+// slot keeps the largest SlotClaim. The slot's index, -1 when empty.
+template <typename T>
+std::vector<int64_t> RefSelect(const std::vector<T>& g, int64_t begin, int64_t end, T t,
+                               int64_t capacity, HashParams h) {
+  std::vector<uint64_t> claims(capacity, 0);
   for (int64_t i = begin; i < end; ++i) {
     if (tfcomp::sparse::Selected(tfcomp::AbsValue(g[i]), t)) {
       const int64_t slot = tfcomp::sparse::HashSlot(h, i, capacity);
-      want_indices[slot] = static_cast<Index>(i);
-      want_values[slot] = g[i];
+      claims[slot] = std::max(claims[slot], tfcomp::sparse::SlotClaim(tfcomp::AbsValue(g[i]), i));
     }
   }
-  const tfcomp::sparse::cpu::Slots<T, Index> slots{h, capacity, indices.data(), values.data()};
-  tfcomp::sparse::cpu::SelectRange(isa, g.data(), begin, end, t, slots);
+  std::vector<int64_t> indices(capacity);
+  for (int64_t j = 0; j < capacity; ++j) indices[j] = tfcomp::sparse::ClaimedIndex(claims[j]);
+  return indices;
+}
+
+// How a selection loop fills the slots: as the op does on one thread (one
+// pass, each claim's value kept beside it), in chunks taken last first (the
+// rule does not depend on the order), and as the op does on several threads
+// (chunks on threads at once, claims settled by atomic max, values read
+// afterwards).
+enum class Fill { kOnePass, kChunksLastFirst, kThreads };
+const Fill kFills[] = {Fill::kOnePass, Fill::kChunksLastFirst, Fill::kThreads};
+const char* FillName(Fill fill) {
+  switch (fill) {
+    case Fill::kOnePass: return "one pass";
+    case Fill::kChunksLastFirst: return "chunks, last first";
+    default: return "threads";
+  }
+}
+
+template <typename T, typename Index>
+struct Selection {
+  std::vector<Index> indices;
+  std::vector<T> values;
+};
+
+// Runs the selection loop of `isa` on g[begin, end) and converts the claims
+// to (index, value) slots as the HashSelect CPU functor does.
+template <typename T, typename Index>
+Selection<T, Index> RunSelect(tfcomp::Isa isa, Fill fill, const std::vector<T>& g, int64_t begin,
+                              int64_t end, T t, int64_t capacity, HashParams h) {
+  std::vector<uint64_t> claims(capacity, 0);
+  Selection<T, Index> out{std::vector<Index>(capacity), std::vector<T>(capacity, T(0))};
+  const bool threaded = fill == Fill::kThreads;
+  const tfcomp::sparse::cpu::Slots<T, Index> slots{h, capacity, claims.data(),
+                                                   threaded ? nullptr : out.values.data()};
+  // Three chunks of unequal length, off the vector widths.
+  const int64_t length = end - begin;
+  const int64_t cut1 = begin + std::min(length, length / 3 + 5);
+  const int64_t cuts[] = {begin, cut1, std::max(cut1, begin + 2 * length / 3), end};
+  if (fill == Fill::kOnePass) {
+    tfcomp::sparse::cpu::SelectRange(isa, g.data(), begin, end, t, slots);
+  } else if (fill == Fill::kChunksLastFirst) {
+    for (int c = 2; c >= 0; --c) {
+      tfcomp::sparse::cpu::SelectRange(isa, g.data(), cuts[c], cuts[c + 1], t, slots);
+    }
+  } else {
+    std::vector<std::thread> threads;
+    for (int c = 0; c < 3; ++c) {
+      threads.emplace_back([&, c] {
+        tfcomp::sparse::cpu::SelectRange(isa, g.data(), cuts[c], cuts[c + 1], t, slots);
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
   for (int64_t j = 0; j < capacity; ++j) {
-    const bool same_value = std::memcmp(&values[j], &want_values[j], sizeof(T)) == 0;
-    CHECK(indices[j] == want_indices[j] && same_value)
+    const int64_t index = tfcomp::sparse::ClaimedIndex(claims[j]);
+    out.indices[j] = static_cast<Index>(index);
+    if (threaded && index >= 0) out.values[j] = g[index];
+  }
+  return out;
+}
+
+template <typename T>
+bool SameBits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// One selection loop on g[begin, end), filled every way, against the
+// sequential reference, value bits included; and each kept element outranks
+// every selected element hashed to its slot (RefOutranks, not SlotClaim).
+template <typename T, typename Index>
+void CheckSelectLoop(tfcomp::Isa isa, const std::vector<T>& g, int64_t begin, int64_t end, T t,
+                     int64_t capacity, HashParams h) {
+  const std::vector<int64_t> want = RefSelect(g, begin, end, t, capacity, h);
+  for (Fill fill : kFills) {
+    const Selection<T, Index> got = RunSelect<T, Index>(isa, fill, g, begin, end, t, capacity, h);
+    for (int64_t j = 0; j < capacity; ++j) {
+      const T want_value = want[j] >= 0 ? g[want[j]] : T(0);  // +0 in an empty slot
+      CHECK(got.indices[j] == want[j] && SameBits(got.values[j], want_value))
+          << tfcomp::IsaName(isa) << ", " << FillName(fill) << " [" << begin << ", " << end
+          << ") t=" << t << " m=" << capacity << " slot " << j << ": index " << got.indices[j]
+          << " value " << got.values[j] << ", want " << want[j] << " value " << want_value;
+    }
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    if (!tfcomp::sparse::Selected(tfcomp::AbsValue(g[i]), t)) continue;
+    const int64_t j = tfcomp::sparse::HashSlot(h, i, capacity);
+    const int64_t kept = want[j];
+    CHECK(kept == i || (kept >= 0 && RefOutranks(Magnitude(g[kept]), kept, Magnitude(g[i]), i)))
         << tfcomp::IsaName(isa) << " [" << begin << ", " << end << ") t=" << t << " m=" << capacity
-        << " slot " << j << ": index " << indices[j] << " want " << want_indices[j];
+        << ": selected index " << i << " (" << g[i] << ") lost slot " << j << " to " << kept;
   }
 }
 
 // Ranges that start and end off the vector width, chunk boundaries, 0 to all
-// selected, NaN, +-Inf and -0 in the data, thresholds 0 and NaN.
+// selected, NaN, +-Inf, -0 and +-3 (ties of magnitude, either sign) in the
+// data, thresholds 0 and NaN.
 template <typename T, typename Index>
 void SelectLoops(tfcomp::Isa isa) {
   std::mt19937_64 rng(7);
@@ -234,6 +408,7 @@ void SelectLoops(tfcomp::Isa isa) {
       for (int64_t i = 5; i < static_cast<int64_t>(g.size()); i += 101) g[i] = inf;
       for (int64_t i = 9; i < static_cast<int64_t>(g.size()); i += 103) g[i] = -inf;
       for (int64_t i = 2; i < static_cast<int64_t>(g.size()); i += 7) g[i] = -T(0);
+      for (int64_t i = 4; i < static_cast<int64_t>(g.size()); i += 13) g[i] = i % 2 ? T(3) : -T(3);
     }
     const int64_t n = g.size();
     const std::vector<std::pair<int64_t, int64_t>> ranges = {
@@ -250,6 +425,94 @@ void SelectLoops(tfcomp::Isa isa) {
   }
 }
 
+// Certain collisions, winners spelled out: one slot, or a few slots with
+// planted ties.
+template <typename T>
+void SelectCollisions(tfcomp::Isa isa) {
+  using Index = int64_t;
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  const HashParams h = tfcomp::sparse::HashFromSeed(11, 12);
+  // One slot: g's winner at threshold t is (index, value).
+  const auto one_slot = [&](const std::string& what, const std::vector<T>& g, T t, int64_t index,
+                            T value) {
+    for (Fill fill : kFills) {
+      const Selection<T, Index> got =
+          RunSelect<T, Index>(isa, fill, g, 0, static_cast<int64_t>(g.size()), t, 1, h);
+      CHECK(got.indices[0] == index && SameBits(got.values[0], value))
+          << tfcomp::IsaName(isa) << ", " << FillName(fill) << ", " << what << ": index "
+          << got.indices[0] << " value " << got.values[0] << ", want " << index << " value "
+          << value;
+    }
+  };
+  // |-3| ties |3| ties |-3|: the largest index of the three, its sign kept.
+  one_slot("ties", {T(2), T(-3), T(0.25), T(3), T(-3), T(2.5), T(-0.5), T(1)}, T(1), 4, T(-3));
+  one_slot("first is largest", {T(-3), T(2), T(0.25), T(2.5), T(-1)}, T(1), 0, T(-3));
+  one_slot("below t not selected", {T(-9), T(2), T(0.25), T(1.5), T(-1)}, T(10), -1, T(0));
+  one_slot("-inf ties +inf", {T(1), -inf, T(5), inf, -inf, T(2)}, T(1), 4, -inf);
+  // NaN outranks +-inf; NaNs tie (either sign).
+  one_slot("NaN", {-inf, T(-3), nan, T(3), inf, T(-7)}, T(1), 2, nan);
+  one_slot("NaN ties -NaN", {nan, T(-3), inf, -nan, T(3)}, T(1), 3, -nan);
+  one_slot("NaN below t", {T(0.5), nan, T(-0.25)}, T(4), 1, nan);
+  // NaNs tie whatever their payloads: the last NaN wins.
+  const std::vector<T> nans = NaNs<T>();
+  for (size_t a = 0; a < nans.size(); ++a) {
+    for (size_t b = 0; b < nans.size(); ++b) {
+      one_slot("NaN payloads " + std::to_string(a) + ", " + std::to_string(b),
+               {nans[a], inf, T(2), nans[b], T(-3)}, T(1), 3, nans[b]);
+    }
+  }
+  // Zeros tie; the value keeps its sign. A NaN threshold selects everything.
+  one_slot("zeros", {T(0), -T(0), T(0), -T(0)}, T(0), 3, -T(0));
+  one_slot("NaN threshold", {T(0), T(-1), -T(0)}, nan, 1, T(-1));
+  if constexpr (std::is_same_v<T, double>) {
+    // The magnitude is float32(|g|): 3 + 2^-40 and 3 tie, as do 1e300 and inf.
+    one_slot("float32 tie", {T(3 + std::ldexp(1.0, -40)), T(-3), T(2)}, T(1), 1, T(-3));
+    one_slot("float32 inf tie", {T(1), inf, T(-1e300), T(5)}, T(1), 2, T(-1e300));
+  }
+
+  // Long, so that the vector loops see it: magnitudes below 1, then planted
+  // ones. One slot: 7 at several indices of either sign, the last at 3001;
+  // then a NaN early on.
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  std::vector<T> g(5003);
+  for (auto& x : g) x = static_cast<T>(uniform(rng));
+  for (int64_t i : {17, 100, 2048, 3001}) g[i] = i % 2 ? T(7) : T(-7);
+  g[4000] = T(6.5);
+  one_slot("long", g, T(0.5), 3001, T(7));
+  g[10] = -nan;
+  one_slot("long, NaN", g, T(0.5), 10, -nan);
+
+  // Four slots: in each, -7 and 7 at the first two indices hashed to it (a
+  // tie), 6.5 at the last. The second index wins each.
+  for (auto& x : g) x = static_cast<T>(uniform(rng));
+  const int64_t capacity = 4;
+  std::vector<std::vector<int64_t>> hashed(capacity);
+  for (int64_t i = 0; i < static_cast<int64_t>(g.size()); ++i) {
+    hashed[tfcomp::sparse::HashSlot(h, i, capacity)].push_back(i);
+  }
+  std::vector<int64_t> winners(capacity, -1);
+  for (int64_t j = 0; j < capacity; ++j) {
+    CHECK(hashed[j].size() >= 3) << "slot " << j << " has " << hashed[j].size() << " indices";
+    if (hashed[j].size() < 3) return;
+    g[hashed[j][0]] = T(-7);
+    g[hashed[j][1]] = T(7);
+    g[hashed[j].back()] = T(6.5);
+    winners[j] = hashed[j][1];
+  }
+  for (T t : {T(0), T(0.5), T(7), nan}) {
+    for (Fill fill : kFills) {
+      const Selection<T, Index> got =
+          RunSelect<T, Index>(isa, fill, g, 0, static_cast<int64_t>(g.size()), t, capacity, h);
+      for (int64_t j = 0; j < capacity; ++j) {
+        CHECK(got.indices[j] == winners[j] && SameBits(got.values[j], T(7)))
+            << tfcomp::IsaName(isa) << ", " << FillName(fill) << ", four slots, t=" << t
+            << ": slot " << j << " index " << got.indices[j] << ", want " << winners[j];
+      }
+    }
+  }
+}
+
 void SelectLoopsEveryIsa() {
   std::printf("CPU: %s\n", tfcomp::IsaName(tfcomp::BestIsa()));
   for (tfcomp::Isa isa : {tfcomp::Isa::kGeneric, tfcomp::Isa::kAvx2, tfcomp::Isa::kAvx512}) {
@@ -261,6 +524,8 @@ void SelectLoopsEveryIsa() {
     Case(name + "/float/int32", [isa] { SelectLoops<float, int32_t>(isa); });
     Case(name + "/float/int64", [isa] { SelectLoops<float, int64_t>(isa); });
     Case(name + "/double/int32", [isa] { SelectLoops<double, int32_t>(isa); });
+    Case(name + "/collisions/float", [isa] { SelectCollisions<float>(isa); });
+    Case(name + "/collisions/double", [isa] { SelectCollisions<double>(isa); });
   }
 }
 
@@ -274,6 +539,8 @@ int main() {
   Case("Universality", Universality);
   Case("SelectedFloat", SelectedFloat);
   Case("SelectedDouble", SelectedDouble);
+  Case("SlotClaimsFloat", SlotClaimsFloat);
+  Case("SlotClaimsDouble", SlotClaimsDouble);
   SelectLoopsEveryIsa();
   return Summary();
 }

@@ -1,17 +1,19 @@
 // Runs the sparse ops of the built op library through the TensorFlow C API:
-// TfcompHashSelect against a sequential reference (pass i = 0..n-1, write i to
-// slot h(i) when selected: the last writer, the largest index, wins) bit for
-// bit, plus its invariants; TfcompSparseDecode against an in-order reference
-// bit for bit; TfcompSampledThreshold against a reference that samples at
-// SamplePosition and sorts (bit for bit, but +0 and -0 match); and the
-// argument errors.
+// TfcompHashSelect against a sequential reference (pass i = 0..n-1; a selected
+// i claims slot h(i), which keeps the largest magnitude, float32(|g|) with NaN
+// above +Inf, ties to the larger index) bit for bit, plus its invariants and
+// certain collisions with their winners spelled out; TfcompSparseDecode
+// against an in-order reference bit for bit; TfcompSampledThreshold against a
+// reference that samples at SamplePosition and sorts (bit for bit, but +0 and
+// -0 match); and the argument errors.
 //
 // Usage: sparse_ops_test path/to/_tfcomp_ops.so   (or TFCOMP_OPS_LIB=...)
 // Prints "N passed, M failed" and exits nonzero on a failure.
 //
 // The reference hash reuses HashFromSeed and HashSlot of sparse_core.h, which
 // sparse_core_test checks against an __int128 reference, and the threshold's
-// reference its SamplePosition.
+// reference its SamplePosition. The collision rule is spelled out here
+// (RefOutranks), not taken from SlotClaim.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -185,13 +187,33 @@ bool RefSelected(typename Tr::S v, double threshold) {
   return !(std::fabs(Tr::ToDouble(v)) < threshold);  // NaN is selected
 }
 
-// The sequential pass: the last writer, the largest selected index, wins.
+// The magnitude a slot compares: float32(|g|).
+template <typename Tr>
+float RefMagnitude(typename Tr::S v) {
+  return static_cast<float>(std::fabs(Tr::ToDouble(v)));
+}
+
+// Whether element i of g outranks element j in a slot: NaN above every number
+// (NaNs tie, whatever their payload), then the larger magnitude, then the
+// larger index.
+template <typename Tr>
+bool RefOutranks(const std::vector<typename Tr::S>& g, int64_t i, int64_t j) {
+  const float a = RefMagnitude<Tr>(g[i]), b = RefMagnitude<Tr>(g[j]);
+  if (std::isnan(a) != std::isnan(b)) return std::isnan(a);
+  if (!std::isnan(a) && a != b) return a > b;
+  return i > j;
+}
+
+// The sequential pass: in index order, a selected element takes its slot when
+// the slot is empty or it outranks the slot's element.
 template <typename Tr>
 std::vector<int64_t> RefSelect(const std::vector<typename Tr::S>& g, double threshold,
                                tfcomp::sparse::HashParams hash, int64_t capacity) {
   std::vector<int64_t> slots(capacity, -1);
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (RefSelected<Tr>(g[i], threshold)) slots[tfcomp::sparse::HashSlot(hash, i, capacity)] = i;
+  for (int64_t i = 0; i < static_cast<int64_t>(g.size()); ++i) {
+    if (!RefSelected<Tr>(g[i], threshold)) continue;
+    int64_t& kept = slots[tfcomp::sparse::HashSlot(hash, i, capacity)];
+    if (kept < 0 || RefOutranks<Tr>(g, i, kept)) kept = i;
   }
   return slots;
 }
@@ -248,7 +270,8 @@ SelectRun CheckSelect(SparseGraph& graph, const std::vector<typename Tr::S>& g,
 
   // Invariants, independent of the reference: valid indices are distinct,
   // selected, in their hash slot, with their value; empty slots are (-1, +0);
-  // every selected element's slot holds an index at least as large.
+  // every selected element's slot holds it or an element that outranks it
+  // (magnitude at least as large, NaN above all, ties to the larger index).
   std::set<int64_t> seen;
   for (int64_t j = 0; j < capacity; ++j) {
     const int64_t idx = indices[j];
@@ -272,8 +295,12 @@ SelectRun CheckSelect(SparseGraph& graph, const std::vector<typename Tr::S>& g,
     for (int64_t i = 0; i < n; ++i) {
       if (!RefSelected<Tr>(g[i], t)) continue;
       const int64_t j = tfcomp::sparse::HashSlot(hash, i, capacity);
-      CHECK(indices[j] >= i) << what << ": selected index " << i << " lost to " << indices[j]
-                             << " in slot " << j;
+      const int64_t kept = indices[j];
+      const bool valid = kept >= 0 && kept < n;
+      CHECK(kept == i || (valid && RefOutranks<Tr>(g, kept, i)))
+          << what << ": selected index " << i << " (|g| " << RefMagnitude<Tr>(g[i])
+          << ") lost slot " << j << " to " << kept << " (|g| "
+          << (valid ? RefMagnitude<Tr>(g[kept]) : 0.0f) << ")";
     }
   }
   run.indices.assign(indices.begin(), indices.end());
@@ -347,11 +374,101 @@ void TestSelect(SparseGraph& graph, int64_t n, int64_t capacity, std::mt19937_64
           for (int64_t i = 0; i < n; ++i) slots.insert(tfcomp::sparse::HashSlot(hash, i, capacity));
           CHECK(valid == static_cast<int64_t>(slots.size()))
               << what << ": " << valid << " filled slots, " << slots.size() << " hit";
-          // n - 1 is selected and the largest: it always wins its slot.
-          CHECK(run.indices[tfcomp::sparse::HashSlot(hash, n - 1, capacity)] == n - 1) << what;
+        }
+        if (!specials && th.value <= 12 && n > 0) {
+          // g[0] = 12 is selected and the largest magnitude: it always wins its slot.
+          CHECK(run.indices[tfcomp::sparse::HashSlot(hash, 0, capacity)] == 0)
+              << what << ": element 0 lost its slot";
         }
       }
     }
+  }
+}
+
+// NaNs of the dtype besides FromDouble(NAN)'s, as bit patterns: every bit set
+// (-NaN, the largest payload), a signaling -NaN, a signaling +NaN.
+template <typename Tr>
+std::vector<uint64_t> OtherNaNBits() {
+  switch (Tr::kType) {
+    case TF_FLOAT: return {0xffffffff, 0xff800001, 0x7fa00000};
+    case TF_DOUBLE: return {0xffffffffffffffff, 0xfff0000000000001, 0x7ff4000000000000};
+    case TF_HALF: return {0xffff, 0xfc01, 0x7d00};
+    default: return {0xffff, 0xff81, 0x7fa0};  // bfloat16
+  }
+}
+
+// Certain collisions, winners spelled out: one slot (capacity 1) for short
+// g's; then g long enough for the op to select on several threads, with one
+// slot and with seven, ties planted in each.
+template <typename Tr, typename Ix>
+void TestSelectCollisions(SparseGraph& graph, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto from = [](const std::vector<double>& values) {
+    std::vector<S> g;
+    for (double v : values) g.push_back(Tr::FromDouble(v));
+    return g;
+  };
+  // g's slots at threshold t hold `winners` (-1: empty), value bits g[winner].
+  const auto check = [&](const std::string& what, const std::vector<S>& g, double t,
+                         int64_t capacity, const std::vector<int64_t>& winners) {
+    const int64_t n = static_cast<int64_t>(g.size());
+    const SelectRun run =
+        CheckSelect<Tr, Ix>(graph, g, {n}, Tr::FromDouble(t), capacity, 5, 6, what);
+    if (!run.ok) return;
+    CHECK(run.indices == winners) << what << ": not the winners spelled out";
+  };
+  // |-3| ties |3| ties |-3|: the largest index of the three.
+  check("ties", from({2, -3, 0.25, 3, -3, 2.5, -0.5, 1}), 1, 1, {4});
+  check("first is largest", from({-3, 2, 0.25, 2.5, -1}), 1, 1, {0});
+  check("none selected", from({-9, 2, 0.25}), 10, 1, {-1});
+  check("-inf ties +inf", from({1, -inf, 5, inf, -inf, 2}), 1, 1, {4});
+  // NaN outranks +-inf and is selected at any threshold; NaNs tie, either sign.
+  check("NaN", from({-inf, -3, NAN, 3, inf, -7}), 1, 1, {2});
+  check("NaN ties -NaN", from({NAN, -3, inf, -NAN, 3}), 1, 1, {3});
+  check("NaN below t", from({0.5, NAN, -0.25}), 4, 1, {1});
+  check("zeros", from({0, -0.0, 0, -0.0}), 0, 1, {3});  // the value stays -0
+  // NaNs tie whatever their sign and payload (quiet or signaling): the last
+  // one wins, its bits kept.
+  for (uint64_t bits : OtherNaNBits<Tr>()) {
+    const S other = FromBits<S>(bits);
+    std::vector<S> g = from({NAN, inf, 2, 0, -3});
+    g[3] = other;
+    check("NaN bits " + std::to_string(bits) + " last", g, 1, 1, {3});
+    g[3] = Tr::FromDouble(NAN);
+    g[0] = other;
+    check("NaN bits " + std::to_string(bits) + " first", g, 1, 1, {3});
+  }
+
+  // Long: magnitudes below 8, then planted ones. One slot: 12 at several
+  // indices of either sign, the last at 45000; then a NaN.
+  const int64_t n = 50000;
+  std::vector<S> g(n);
+  for (auto& x : g) x = RandomValue<Tr>(rng);
+  for (int64_t i : {100, 20000, 45000}) g[i] = Tr::FromDouble(i % 3 ? -12 : 12);
+  g[49999] = Tr::FromDouble(11);
+  check("long", g, 2, 1, {45000});
+  g[30000] = Tr::FromDouble(-NAN);
+  check("long, NaN", g, 2, 1, {30000});
+
+  // Seven slots: in each, -12 and 12 at the first two indices hashed to it (a
+  // tie) and 11 at the last; the second wins.
+  for (auto& x : g) x = RandomValue<Tr>(rng);
+  const int64_t capacity = 7;
+  const auto hash = tfcomp::sparse::HashFromSeed(5, 6);
+  std::vector<std::vector<int64_t>> hashed(capacity);
+  for (int64_t i = 0; i < n; ++i) hashed[tfcomp::sparse::HashSlot(hash, i, capacity)].push_back(i);
+  std::vector<int64_t> winners(capacity, -1);
+  for (int64_t j = 0; j < capacity; ++j) {
+    CHECK(hashed[j].size() >= 3) << "slot " << j << " has " << hashed[j].size() << " indices";
+    if (hashed[j].size() < 3) return;
+    g[hashed[j][0]] = Tr::FromDouble(-12);
+    g[hashed[j][1]] = Tr::FromDouble(12);
+    g[hashed[j].back()] = Tr::FromDouble(11);
+    winners[j] = hashed[j][1];
+  }
+  for (double t : {0.0, 2.0, 12.0}) {
+    check("seven slots, threshold " + std::to_string(t), g, t, capacity, winners);
   }
 }
 
@@ -593,6 +710,7 @@ void TestDtypeIndex(SparseGraph& graph, std::mt19937_64& rng) {
       CheckDecode<Tr, Ix>(graph, n, 3, 0, rng);  // empty lists
     });
   }
+  Case("select/" + prefix + "/collisions", [&] { TestSelectCollisions<Tr, Ix>(graph, rng); });
   Case("decode/" + prefix + "/round trip", [&] {
     // Decoding one HashSelect output gives g at the selected indices, 0 elsewhere.
     const int64_t n = 5000, capacity = 1024;
