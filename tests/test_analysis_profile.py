@@ -171,9 +171,12 @@ def test_profile_user_errors_are_one_line(tmp_path, args, message):
 
 
 def test_the_link_is_probed_by_every_worker_running_the_command(tmp_path):
+    """As the main job records its profile: tf.distribute's probe, and compressors measured under
+    SGD with momentum (whose Keras optimizer must not start TensorFlow before the strategy)."""
     trace, _ = _trace(tmp_path)
     codes, logs, results = run_workers("benchmarks.profile_worker", 2,
                                  [f"--timeline={trace}", "--probe_max_bytes=4194304", "--runs=3",
+                                  "--compressors=DGC:ratio=0.01", "--sgd_momentum=0.9",
                                   f"--output={tmp_path / 'probed.json'}"], tmp_path / "workers", timeout=240)
     assert codes == [0, 0] and results == [{"exit": 0}] * 2, logs
     profile = Profile.load(tmp_path / "probed.json")

@@ -105,12 +105,13 @@ def run(fv, out):
         compressors = {spec: measure.parse_compressor(spec) for spec in fv.compressors}
     except ValueError as e:
         raise app.UsageError(f"--compressors: {e}") from None
-    if fv.sgd_momentum is not None:
-        try:
-            compressors = measure.under_sgd(compressors, fv.sgd_momentum)
-        except ValueError as e:
-            raise app.UsageError(f"--sgd_momentum: {e}") from None
+    if fv.sgd_momentum is not None and not 0 <= fv.sgd_momentum < 1:
+        raise app.UsageError(f"--sgd_momentum: a momentum in [0, 1), got {fv.sgd_momentum!r}")
+    # The probe first: MultiWorkerMirroredStrategy must configure TensorFlow's runtime before
+    # anything starts it, and a Keras optimizer (under_sgd's) does.
     probe = _read_probe(fv.link_probe) if fv.link_probe else link_probe.probe(fv.engine, fv.probe_max_bytes, fv.runs)
+    if fv.sgd_momentum is not None:
+        compressors = measure.under_sgd(compressors, fv.sgd_momentum)
     try:
         links = link_probe.fitted_links(probe, probe["workers"])
     except ValueError as e:
