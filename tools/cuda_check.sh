@@ -3,7 +3,8 @@
 #   1. checks SASS per arch and GPU kernel registrations, and runs the Python op
 #      tests against it (its CPU kernels here; its GPU kernels too on a GPU);
 #   2. runs every standalone CUDA test that build_gpu_library.sh built from
-#      custom_ops/*/cuda_test/*.cu (exit 77 = no CUDA device: skipped).
+#      custom_ops/*/cuda_test/*.cu (exit 77 = no CUDA device: skipped);
+#   3. compiles the GPU benchmark benchmarks/cuda/kernels_bench.cu.
 # Same environment variables as build_gpu_library.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,4 +63,10 @@ for test in "$OUT"/tests/*; do
     *) die "$(basename "$test") failed (exit $rc)" ;;
   esac
 done
+# The GPU benchmark calls the same launchers: compiled here (not run), so that a
+# launcher's new signature cannot leave it broken until a GPU is lent.
+"$CUDA_HOME/bin/nvcc" -c -x cu -std=c++17 -O2 -I"$PWD" --expt-relaxed-constexpr --threads 0 \
+  -gencode "arch=compute_${ARCHS%% *},code=sm_${ARCHS%% *}" benchmarks/cuda/kernels_bench.cu \
+  -o "$OUT/obj/kernels_bench.o" || die "benchmarks/cuda/kernels_bench.cu does not compile"
+echo "cuda_check: benchmarks/cuda/kernels_bench.cu compiles"
 echo "cuda_check: OK"

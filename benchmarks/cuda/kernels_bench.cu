@@ -285,7 +285,7 @@ void BenchSelect(int64_t n) {
 
     Emit("hash_select", dt, n, ratio, MedianMs([&] {
            CHECK_CUDA(sp::cuda::LaunchHashSelect(pool.Next(), n, t.ptr, hash, capacity, values.ptr,
-                                                 selected.ptr, nullptr));
+                                                 selected.ptr, Allocate, nullptr));
          }), in_bytes + out_bytes);
     // How full the table came out (DRAGONN's 1 - 1/e when as many pass as there are slots).
     CHECK_CUDA(cudaMemset(filled.ptr, 0, sizeof(unsigned long long)));
