@@ -28,13 +28,14 @@ def hash_slot(params, i, m):
 def slot_claim(magnitude, i):
     """A selected element's claim on its slot (sparse_core.h's SlotClaim): float32(|g|)'s
     bits with the top bit set, then the index; the slot keeps the largest."""
-    bits = int(np.array(magnitude, np.float32).view(np.uint32))
+    bits = int(np.array(magnitude, np.float32).view(np.uint32)) & 0x7FFFFFFF
+    bits = 0x7FC00000 if bits > 0x7F800000 else 0 if bits < 0x00800000 else bits  # one NaN; denormals as 0
     return ((bits | 0x80000000) << 32) | (int(i) & MASK32)
 
 
 def hash_select(g, threshold, seed, capacity):
     """Sequential Algorithm 1, a slot keeping the largest magnitude hashed to it (float32(|g|),
-    NaN above +Inf), ties to the larger index."""
+    NaN above +Inf, denormals as 0), ties to the larger index."""
     acc = np.float64 if g.dtype == np.float64 else np.float32
     flat = g.reshape(-1).astype(acc)
     with np.errstate(over="ignore"):  # the op takes the threshold in g's dtype

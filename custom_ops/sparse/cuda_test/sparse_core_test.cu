@@ -92,12 +92,13 @@ std::vector<T> MakeTies(int64_t n) {
 }
 
 // Whether magnitude a ranks at least as high as b in the claims' order:
-// float32(|g|), NaN above +Inf.
+// float32(|g|), NaN above +Inf, denormals as 0 (ClaimMagnitude).
 bool AtLeast(float a, float b) { return std::isnan(a) || (!std::isnan(b) && a >= b); }
 
 template <typename T>
 float ClaimMagnitude(const T& x) {
-  return static_cast<float>(tfcomp::AbsValue(x));
+  const float m = static_cast<float>(tfcomp::AbsValue(x));
+  return std::fpclassify(m) == FP_SUBNORMAL ? 0.0f : m;
 }
 
 template <typename T, typename Index>

@@ -5,7 +5,7 @@
 // Hashed selection (DRAGONN, Algorithm 1): m slots start empty (index -1,
 // value 0). Every element i with |g[i]| >= t, or g[i] NaN, claims slot h(i);
 // when several land in one slot the largest magnitude wins (float32(|g|), NaN
-// above +Inf), ties to the larger index. The paper lets the last writer win;
+// above +Inf, denormals as 0), ties to the larger index. The paper lets the last writer win;
 // keeping the largest sends more of the gradient's energy in the same slots
 // (benchmarks/results/dragonn_collisions.md) and is still one pass with no
 // dependencies: a claim packs magnitude and index into one 64-bit word
@@ -84,7 +84,9 @@ constexpr int64_t kMaxHashSelectElements = int64_t{1} << 32;
 // pattern, which orders like the magnitudes with NaN above +Inf, with the top bit
 // set so that an empty slot (claim 0) loses to every claim. Low 32 bits: i.
 // Every NaN claims as the one NaN 0x7fc00000: devices differ in which NaN bits
-// fabs and narrowing keep, and the choice must not.
+// fabs and narrowing keep, and the choice must not. Denormal magnitudes claim
+// as 0: TensorFlow runs CPU kernels with denormals flushed to zero, and the
+// choice must not depend on whether a conversion or a device flushed them.
 template <typename Acc>
 TFCOMP_HOST_DEVICE inline uint64_t SlotClaim(Acc abs_value, int64_t i) {
   const float magnitude = static_cast<float>(abs_value);
@@ -95,6 +97,7 @@ TFCOMP_HOST_DEVICE inline uint64_t SlotClaim(Acc abs_value, int64_t i) {
   std::memcpy(&bits, &magnitude, sizeof(bits));
 #endif
   if (magnitude != magnitude) bits = 0x7fc00000u;
+  if ((bits & 0x7fffffffu) < 0x00800000u) bits = 0;  // zero or denormal
   return (static_cast<uint64_t>(bits | 0x80000000u) << 32) | (static_cast<uint64_t>(i) & 0xffffffffu);
 }
 

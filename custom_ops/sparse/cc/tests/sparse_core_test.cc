@@ -204,9 +204,11 @@ void SelectedFloat() { CheckSelected<float>(); }
 void SelectedDouble() { CheckSelected<double>(); }
 
 // The order a slot keeps, spelled out (sparse_core.h): NaN above every
-// number, then the larger float32 magnitude, then the larger index. a and b
-// are magnitudes, >= 0 or NaN.
+// number, then the larger float32 magnitude (denormals as 0), then the larger
+// index. a and b are magnitudes, >= 0 or NaN.
 bool RefOutranks(float a, int64_t i, float b, int64_t j) {
+  if (std::fpclassify(a) == FP_SUBNORMAL) a = 0;
+  if (std::fpclassify(b) == FP_SUBNORMAL) b = 0;
   if (std::isnan(a) != std::isnan(b)) return std::isnan(a);
   if (!std::isnan(a) && a != b) return a > b;
   return i > j;

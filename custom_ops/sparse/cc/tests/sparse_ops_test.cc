@@ -189,8 +189,9 @@ bool RefSelected(typename Tr::S v, double threshold) {
 
 // The magnitude a slot compares: float32(|g|).
 template <typename Tr>
-float RefMagnitude(typename Tr::S v) {
-  return static_cast<float>(std::fabs(Tr::ToDouble(v)));
+float RefMagnitude(typename Tr::S v) {  // float32(|v|), denormals as 0
+  const float m = static_cast<float>(std::fabs(Tr::ToDouble(v)));
+  return std::fpclassify(m) == FP_SUBNORMAL ? 0.0f : m;
 }
 
 // Whether element i of g outranks element j in a slot: NaN above every number
