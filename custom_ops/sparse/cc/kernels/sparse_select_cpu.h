@@ -84,9 +84,9 @@ __attribute__((target("avx2"))) void SelectRangeFloatAvx2(const float* g, int64_
 // float32 with AVX-512: one compare per 16 elements, and where any is
 // selected, a compress appends their indices and values to a buffer, which is
 // claimed in index order when full, each slot fetched a few claims ahead (a
-// claim reads its slot before it writes; see benchmarks/results/sparse_bench.md). Claiming between the vector loads, as the
-// AVX2 loop does, was about 1.2 ms slower at 2^24 inside the op at every ratio
-// (see benchmarks/results/sparse_bench.md). Indices are 32-bit lanes, so
+// claim reads its slot before it writes). Claiming between the vector loads,
+// as the AVX2 loop does, was about 1.2 ms slower at 2^24 inside the op at
+// every ratio (see benchmarks/results/sparse_bench.md). Indices are 32-bit lanes, so
 // ranges past INT32_MAX take the AVX2 loop.
 template <typename Index>
 __attribute__((target("avx512f"))) void SelectRangeFloatAvx512(const float* g, int64_t begin,
