@@ -18,15 +18,13 @@ import json
 import math
 import pathlib
 import statistics
-import time
 
 from absl import app, flags
 
 import tfcomp
 from benchmarks import harness
-from benchmarks.convergence_tasks import OPTIMIZERS, SIGN_SGD_LEARNING_RATE, TASKS, optimizer
+from benchmarks.convergence_tasks import OPTIMIZERS, SIGN_SGD_LEARNING_RATE, TASKS, train_seed
 from benchmarks.paper_dragonn import PaperRuleDRAGONN
-from tfcomp.testing.emulated_training import train
 
 FLAGS = flags.FLAGS
 
@@ -68,8 +66,8 @@ def define_flags():
     flags.DEFINE_string("name", "convergence", "Base name of the result files.")
     flags.DEFINE_bool("merge", False, "Keep what an existing <name>.json has that this run does not redo: its task x "
                       "optimizer blocks, and in a block this run redoes, the rows of settings and compressors it "
-                      "does not run (its dense training must come out the same). Each row keeps the command that "
-                      "made it.")
+                      "does not run (its dense training must come out the same; a block whose every row it redoes "
+                      "is replaced whole). Each row keeps the command that made it.")
 
 
 def settings(optimizer_name):
@@ -176,7 +174,8 @@ def _sparsifier(name, **knobs):
 def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, frozen_variance=False):
     """The configuration trained once per seed: mean final accuracy and curve, median steps to target."""
     seeds = FLAGS.seeds or task.seeds
-    runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance)
+    runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance,
+                       workers=FLAGS.workers, epochs_scale=FLAGS.epochs_scale, evals_per_epoch=FLAGS.evals_per_epoch)
             for seed in range(1, seeds + 1)]
     reached = sorted(r["steps_to_target"] if r["steps_to_target"] is not None else math.inf for r in runs)
     median = statistics.median(reached)
@@ -186,24 +185,6 @@ def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, 
             "per_seed": [{"final": r["final"], "steps_to_target": r["steps_to_target"]} for r in runs],
             "learning_rate": runs[0]["learning_rate"], "warmup_steps": runs[0]["warmup_steps"],
             "seconds": round(sum(r["seconds"] for r in runs), 1)}
-
-
-def train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance):
-    data = task.load()
-    epochs = max(1, round(task.epochs * FLAGS.epochs_scale))
-    steps_per_epoch = len(data[0][0]) // (task.batch_per_worker * FLAGS.workers)
-    steps = epochs * steps_per_epoch
-    lr = learning_rate or task.learning_rates[optimizer_name]
-    start = time.perf_counter()
-    history = train(task.build(seed), optimizer(optimizer_name, lr, steps, frozen_variance), data, task.loss,
-                    task.metric, factory() if factory else None, num_workers=FLAGS.workers,
-                    batch_per_worker=task.batch_per_worker, epochs=epochs, evals_per_epoch=FLAGS.evals_per_epoch,
-                    seed=seed,
-                    selection=False,  # every eligible tensor compressed: the worst case for accuracy
-                    warmup_steps=warmup_epochs * steps_per_epoch)
-    return {"steps": history.steps, "metric": history.metric, "final": history.final,
-            "steps_to_target": history.steps_to(task.target), "learning_rate": lr,
-            "warmup_steps": warmup_epochs * steps_per_epoch, "seconds": time.perf_counter() - start}
 
 
 def _commands(block):
@@ -219,18 +200,24 @@ def _compressor(label):
 def merged_block(earlier, block, settings, compressors):
     """block, with the earlier block's rows that a run of these settings and compressors (empty:
     all) does not cover, grouped by setting in the earlier order. Rows compared with different dense runs would
-    not compare, so dense training must have come out the same (it is deterministic on CPU)."""
+    not compare, so dense training must have come out the same (it is deterministic on CPU). A run
+    covering every earlier row replaces the block, whatever its dense training did (a task's
+    learning rate changed, say)."""
+    def covered(row):
+        return row["setting"] in settings and (not compressors or _compressor(row["label"]) in compressors)
+
+    if all(covered(r) for r in earlier["runs"]):
+        return block
     theirs, ours = earlier["dense"], block["dense"]
     if [theirs["final"], theirs["steps_to_target"]] != [ours["final"], ours["steps_to_target"]]:
         raise ValueError(f"dense training came out differently from the run being merged into "
                          f"(final {ours['final']} against {theirs['final']}, target at step "
                          f"{ours['steps_to_target']} against {theirs['steps_to_target']}): redo the whole "
-                         "block (all its settings and compressors) without --merge")
+                         "block (all its settings and compressors)")
     new = {(r["setting"], r["label"]): r for r in block["runs"]}
     rows = {}
     for r in earlier["runs"]:
-        covered = r["setting"] in settings and (not compressors or _compressor(r["label"]) in compressors)
-        kept = new.pop((r["setting"], r["label"]), None) or (None if covered else r)
+        kept = new.pop((r["setting"], r["label"]), None) or (None if covered(r) else r)
         rows.setdefault(r["setting"], []).extend([kept] if kept else [])
     for r in new.values():
         rows.setdefault(r["setting"], []).append(r)

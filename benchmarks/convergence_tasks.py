@@ -1,16 +1,21 @@
 """The learnable tasks of benchmarks.convergence: model, data, loss, metric and the
-learning rates at which dense training converges well, per optimizer.
+learning rates at which dense training converges well, per optimizer
+(benchmarks/results/dense_lr_sweep.md: the language model's are the smallest of
+a factor-2 grid at which dense ends within half a point of the grid's best; at
+half them it was still climbing when its learning rate reached 0).
 
 Each trains on a 2-core CPU in seconds to minutes, on data shipped with a
 package or generated (nothing downloaded).
 """
 import dataclasses
+import time
 from typing import Callable
 
 import tensorflow as tf
 
 from models import digits, markov_lm
 from tfcomp.frozen_adam import FrozenVarianceAdam
+from tfcomp.testing.emulated_training import train
 
 
 def _classification_loss(y, logits):
@@ -53,7 +58,7 @@ TASKS = {
     "lstm_lm": Task("lstm_lm", "LSTM language model on a 2nd-order Markov chain (best accuracy "
                     f"{markov_lm.best_accuracy():.3f})", lambda seed: markov_lm.build(seed=seed), markov_lm.load,
                     _classification_loss, _lm_accuracy, epochs=6,
-                    learning_rates={"sgd_momentum": 2.0, "adam": 1e-2}, target=0.78, seeds=1),
+                    learning_rates={"sgd_momentum": 4.0, "adam": 2e-2}, target=0.78, seeds=1),
 }
 
 def optimizer(name, learning_rate, total_steps, frozen_variance=False):
@@ -74,3 +79,25 @@ OPTIMIZERS = ("sgd_momentum", "adam")
 #: step: with SGD it needs one about 100x smaller than dense training's (as in
 #: signSGD's paper); with Adam the task's own.
 SIGN_SGD_LEARNING_RATE = 3e-4
+
+
+def train_seed(task, optimizer_name, factory, seed, learning_rate=None, warmup_epochs=0, frozen_variance=False, *,
+               workers=2, epochs_scale=1.0, evals_per_epoch=2):
+    """One run of a task on `workers` emulated workers, every eligible tensor compressed by
+    factory() (None: dense) after warmup_epochs of dense training: its held-out curve, final
+    accuracy and steps to the task's target."""
+    data = task.load()
+    epochs = max(1, round(task.epochs * epochs_scale))
+    steps_per_epoch = len(data[0][0]) // (task.batch_per_worker * workers)
+    steps = epochs * steps_per_epoch
+    lr = learning_rate or task.learning_rates[optimizer_name]
+    start = time.perf_counter()
+    history = train(task.build(seed), optimizer(optimizer_name, lr, steps, frozen_variance), data, task.loss,
+                    task.metric, factory() if factory else None, num_workers=workers,
+                    batch_per_worker=task.batch_per_worker, epochs=epochs, evals_per_epoch=evals_per_epoch,
+                    seed=seed,
+                    selection=False,  # every eligible tensor compressed: the worst case for accuracy
+                    warmup_steps=warmup_epochs * steps_per_epoch)
+    return {"steps": history.steps, "metric": history.metric, "final": history.final,
+            "steps_to_target": history.steps_to(task.target), "learning_rate": lr,
+            "warmup_steps": warmup_epochs * steps_per_epoch, "seconds": time.perf_counter() - start}

@@ -1,5 +1,6 @@
 """benchmarks.convergence --merge: a rerun of some compressors replaces their rows in the
-blocks it redoes and keeps the other rows, only against the same dense run."""
+blocks it redoes and keeps the other rows, only against the same dense run; a rerun of every
+row replaces the block."""
 import pytest
 
 from benchmarks.convergence import merged_block
@@ -44,3 +45,11 @@ def test_without_a_compressor_filter_every_row_of_the_settings_run_is_redone():
 def test_rows_against_another_dense_run_are_refused():
     with pytest.raises(ValueError, match="dense training came out differently"):
         merged_block(EARLIER, block([], dense_final=0.9), settings=["recommended"], compressors=["DRAGONN"])
+
+
+def test_a_rerun_of_every_row_replaces_the_block_even_against_another_dense_run():
+    # A task's learning rate changed: its blocks are redone whole, the other tasks' blocks kept.
+    rerun = block([row("recommended", "DGC(0.1)", 0.9)], dense_final=0.9, command="second")
+    replaced = merged_block(EARLIER, rerun, settings=["recommended", "candidates", "masking"], compressors=[])
+    assert replaced["runs"] == rerun["runs"] and replaced["dense"]["final"] == 0.9
+    assert "commands" not in replaced  # only the rerun's command made it
