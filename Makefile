@@ -58,9 +58,11 @@ pytest: build
 
 # All tests: the Python suite, then the C++ op tests built with Bazel; without
 # STACK, then the current stack's part too.
-test: pytest bazel-test
 ifeq ($(STACK),)
-	$(MAKE) test STACK=current
+test:
+	tools/test_both_stacks.sh
+else
+test: pytest bazel-test
 endif
 else
 # The part of the suite the current stack carries. With tf.keras as tf-keras:
