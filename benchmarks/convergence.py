@@ -23,7 +23,7 @@ from absl import app, flags
 
 import tfcomp
 from benchmarks import harness
-from benchmarks.convergence_tasks import OPTIMIZERS, SIGN_SGD_LEARNING_RATE, TASKS, train_seed
+from benchmarks.convergence_tasks import OPTIMIZERS, TASKS, train_seed
 from benchmarks.paper_dragonn import PaperRuleDRAGONN
 
 FLAGS = flags.FLAGS
@@ -70,7 +70,7 @@ def define_flags():
                       "is replaced whole). Each row keeps the command that made it.")
 
 
-def settings(optimizer_name):
+def settings(task, optimizer_name):
     """{setting: [(label, compressor factory, {"learning_rate": ..., "warmup_epochs": ...,
     "frozen_variance": ...})]}.
 
@@ -104,7 +104,7 @@ def settings(optimizer_name):
     adam = {} if sgd else {"warmup_epochs": 1, "frozen_variance": True}
     recommended = [
         ("FP16", tfcomp.FP16, {}),
-        ("SignSGD", tfcomp.SignSGD, {"learning_rate": SIGN_SGD_LEARNING_RATE} if sgd else {}),
+        ("SignSGD", tfcomp.SignSGD, {"learning_rate": task.sign_sgd_learning_rate} if sgd else {}),
         ("EFSignSGD", tfcomp.EFSignSGD, adam if sgd else {**warm, **adam}),
         (f"TopK({ratio})", lambda: tfcomp.TopK(ratio), {**warm, **adam}),
         ("RandomK(0.1)", lambda: tfcomp.RandomK(0.1), {**warm, **adam}),
@@ -307,7 +307,7 @@ def main(argv):
             print(f"[{task_name} {optimizer_name}] dense: final {dense['final']:.3f}, "
                   f"target at step {dense['steps_to_target']} ({dense['seconds']} s)", flush=True)
             runs = []
-            chosen = settings(optimizer_name)
+            chosen = settings(task, optimizer_name)
             for setting in FLAGS.settings:
                 for label, factory, options in chosen[setting]:
                     if FLAGS.compressors and _compressor(label) not in FLAGS.compressors:

@@ -18,10 +18,13 @@ from absl import app, flags
 
 import tfcomp
 from benchmarks import harness
-from benchmarks.convergence_tasks import SIGN_SGD_LEARNING_RATE, TASKS, optimizer
+from benchmarks.convergence_tasks import TASKS, optimizer
 from tfcomp.compressors import sign
 from tfcomp.testing.emulated_training import train
 
+#: SignSGD's step per weight under SGD here: the digits' rate in the convergence benchmark when
+#: these results were run (it trains at 6e-4 there now; the drift measured scales with it).
+SIGN_SGD_LEARNING_RATE = 3e-4
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "benchmarks/results", "Where sign_zeros.{md,json} go.")
 flags.DEFINE_integer("epochs", 12, "Training epochs.")

@@ -128,7 +128,8 @@ def test_advice_names_what_to_change():
     assert advice(tfcomp.PowerSGD(4), sgd) is None
     assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), tfcomp.FrozenVarianceAdam())
     assert "100x smaller" in advice(tfcomp.SignSGD(), sgd)
-    assert "use PowerSGD(4)" in advice(tfcomp.SignSGD(), tf.keras.optimizers.SGD(3e-4, momentum=BETA))
+    # at a sign-sized learning rate it trained like dense on both digits models: nothing to say
+    assert advice(tfcomp.SignSGD(), tf.keras.optimizers.SGD(6e-4, momentum=BETA)) is None
     clipped = tf.keras.optimizers.SGD(LR, momentum=BETA, global_clipnorm=1.0)
     assert "global_clipnorm" in advice(tfcomp.DGC(0.01), clipped)
     assert advice(tfcomp.DGC(0.1, momentum=None), clipped) is None
