@@ -103,8 +103,8 @@ def plot(key, block, out):
         ax.plot(r["steps"], r["metric"], lw=2.5 if r["factor"] == 1 else 1.2,
                 label=f"lr {r['learning_rate']:g}" + (" (configured)" if r["factor"] == 1 else ""))
     ax.axhline(TASKS[block["task"]].target, color="grey", ls=":", lw=1)
-    ax.set(title=f"{FLAGS.compressor or 'dense'} {block['task']}, {block['optimizer']}", xlabel="step", ylabel="held-out accuracy",
-           ylim=(0, 1))
+    ax.set(title=f"{FLAGS.compressor or 'dense'} {block['task']}, {block['optimizer']}", xlabel="step",
+           ylabel="held-out accuracy", ylim=(0, 1))
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / f"{key}.png", dpi=90)
