@@ -64,7 +64,8 @@ def sweep(task, optimizer_name, factors, seeds, converged, compressor="", **trai
         reached = [r["steps_to_target"] for r in runs if r["steps_to_target"] is not None]
         rows.append({"learning_rate": lr, "factor": factor, "final": statistics.fmean(r["final"] for r in runs),
                      "steps_to_target": statistics.median(reached) if len(reached) > len(runs) / 2 else None,
-                     "steps": runs[0]["steps"], "metric": [statistics.fmean(m) for m in zip(*(r["metric"] for r in runs))],
+                     "steps": runs[0]["steps"],
+                     "metric": [statistics.fmean(m) for m in zip(*(r["metric"] for r in runs))],
                      "seconds": round(sum(r["seconds"] for r in runs), 1)})
         print(f"[{task.name} {optimizer_name}] lr {lr:g}: final {rows[-1]['final']:.3f}, target at step "
               f"{rows[-1]['steps_to_target']}", flush=True)
