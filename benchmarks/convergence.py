@@ -104,7 +104,7 @@ def settings(task, optimizer_name):
     adam = {} if sgd else {"warmup_epochs": 1, "frozen_variance": True}
     recommended = [
         ("FP16", tfcomp.FP16, {}),
-        ("SignSGD", tfcomp.SignSGD, {"learning_rate": task.sign_sgd_learning_rate} if sgd else {}),
+        ("SignSGD", tfcomp.SignSGD, {"learning_rate": task.learning_rate(optimizer_name, "SignSGD")}),
         ("EFSignSGD", tfcomp.EFSignSGD, adam if sgd else {**warm, **adam}),
         (f"TopK({ratio})", lambda: tfcomp.TopK(ratio), {**warm, **adam}),
         ("RandomK(0.1)", lambda: tfcomp.RandomK(0.1), {**warm, **adam}),

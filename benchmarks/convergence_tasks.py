@@ -53,6 +53,12 @@ class Task:
     seeds: int = 3  # runs per configuration (model initialisation and data order)
     batch_per_worker: int = 32
 
+    def learning_rate(self, optimizer_name, compressor_name=""):
+        """The rate a compressor (class name; empty: dense) trains the task at."""
+        if compressor_name == "SignSGD" and optimizer_name == "sgd_momentum":
+            return self.sign_sgd_learning_rate
+        return self.learning_rates[optimizer_name]
+
 
 TASKS = {
     "mlp": Task("mlp", "digits MLP 64-256-256-10", lambda seed: digits.build(hidden=256, seed=seed), digits.load,

@@ -47,19 +47,13 @@ def define_flags():
     flags.DEFINE_string("name", "lr_sweep", "Base name of the result files.")
 
 
-def configured_rate(task, optimizer_name, compressor):
-    if compressor == "SignSGD" and optimizer_name == "sgd_momentum":
-        return task.sign_sgd_learning_rate
-    return task.learning_rates[optimizer_name]
-
-
 def sweep(task, optimizer_name, factors, seeds, converged, compressor="", **training):
     """[{learning_rate, factor, final (mean over seeds), steps_to_target (median), steps, metric (mean
     curve), converges}] for the task's rate times each factor, dense or with compressor (a class name)."""
     factory = getattr(tfcomp, compressor) if compressor else None
     rows = []
     for factor in sorted(factors):
-        lr = configured_rate(task, optimizer_name, compressor) * factor
+        lr = task.learning_rate(optimizer_name, compressor) * factor
         runs = [train_seed(task, optimizer_name, factory, seed, lr, **training) for seed in range(1, seeds + 1)]
         reached = [r["steps_to_target"] for r in runs if r["steps_to_target"] is not None]
         rows.append({"learning_rate": lr, "factor": factor, "final": statistics.fmean(r["final"] for r in runs),
