@@ -52,9 +52,12 @@ build: venv $(OP_LIBRARY)
 demo: build
 	$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
 
+# The pinned suite runs in PYTEST_WORKERS pytest-xdist processes, a test file
+# each at a time (a file's module fixtures are set up once); 1 runs it in one.
+PYTEST_WORKERS ?= 2
 ifneq ($(STACK),current)
 pytest: build
-	$(PYTHON) -m pytest -q --durations=25 tests
+	$(PYTHON) -m pytest -q --durations=25 $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) tests
 
 # All tests: the Python suite, then the C++ op tests built with Bazel; without
 # STACK, then the current stack's part too.

@@ -34,12 +34,15 @@ def define_flags():
     other benchmarks whose flags share names (--compressors, --name, --workers)."""
     flags.DEFINE_list("tasks", list(TASKS), f"Tasks to train: {', '.join(TASKS)}.")
     flags.DEFINE_list("optimizers", list(OPTIMIZERS), f"Optimizers: {', '.join(OPTIMIZERS)}.")
-    flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "candidates", "low_rank_takeover",
+    flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "candidates", "buckets",
+                                    "low_rank_takeover",
                                     "acpsgd_rank4", "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
                       "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
                       "momentum=None, under SGD), masking (the sparsifiers at the momentum_masking values 0, 0.5 "
                       "and 1 other than their default, under SGD), candidates (DGC with its threshold aimed at "
                       "its slots, candidates_per_slot=1, as in its paper; DRAGONN at 1 and 3 candidates per slot), "
+                      "buckets (DRAGONN hashing to single slots, bucket_size=1, as in its paper, and to buckets of "
+                      "2 slots; its default is 4), "
                       "paper_collisions (DRAGONN whose shared slots keep the last element written, as in its "
                       "paper, at 1 and 2 candidates per slot; not run by default: "
                       "--settings=recommended,candidates,paper_collisions --compressors=DRAGONN "
@@ -58,8 +61,9 @@ def define_flags():
     flags.DEFINE_integer("seeds", 0, "Runs per configuration (model initialisation and data order); 0: each task's "
                          "own (3 for the MLP and CNN, 1 for the language model).")
     flags.DEFINE_float("epochs_scale", 1.0, "Multiplies every task's epochs (a quick look: 0.5).")
-    flags.DEFINE_integer("evals_per_epoch", 2, "Held-out evaluations per epoch: the resolution of 'steps to target' "
-                         "(the digits tasks' 2 per epoch are 11 steps apart).", lower_bound=1)
+    flags.DEFINE_integer("evals_per_epoch", 0, "Held-out evaluations per epoch: the resolution of 'steps to target'; "
+                         "0: each task's own (11 on the digits tasks, every 2 steps; 8 on the language model, every "
+                         "8 steps).", lower_bound=0)
     flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts as dense's.")
     flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
     flags.DEFINE_string("out", "benchmarks/results", "Where convergence.{md,json} and the PNGs go.")
@@ -131,6 +135,10 @@ def settings(task, optimizer_name):
             (f"{name}(0.1, candidates_per_slot={c:g})", _sparsifier(name, candidates_per_slot=c), {**warm, **adam})
             for name, c in (("DGC", 1), ("DRAGONN", 1), ("DRAGONN", 3))
         ],
+        "buckets": [
+            (f"DRAGONN(0.1, bucket_size={b})", _sparsifier("DRAGONN", bucket_size=b), {**warm, **adam})
+            for b in (1, 2)
+        ],
         "paper_collisions": [
             (f"DRAGONN(0.1, candidates_per_slot={c}, the last written kept)",
              lambda c=c: PaperRuleDRAGONN(0.1, candidates_per_slot=c), {**warm, **adam})
@@ -175,7 +183,8 @@ def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, 
     """The configuration trained once per seed: mean final accuracy and curve, median steps to target."""
     seeds = FLAGS.seeds or task.seeds
     runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance,
-                       workers=FLAGS.workers, epochs_scale=FLAGS.epochs_scale, evals_per_epoch=FLAGS.evals_per_epoch)
+                       workers=FLAGS.workers, epochs_scale=FLAGS.epochs_scale,
+                       evals_per_epoch=FLAGS.evals_per_epoch or None)
             for seed in range(1, seeds + 1)]
     reached = sorted(r["steps_to_target"] if r["steps_to_target"] is not None else math.inf for r in runs)
     median = statistics.median(reached)
@@ -240,8 +249,8 @@ def markdown(results):
     lines = [f"# Convergence against dense training\n",
              f"`{harness.command_line('benchmarks.convergence')}`\n",
              f"{FLAGS.workers} emulated workers, every eligible tensor compressed (selection off), "
-             f"learning rate cosine-decayed to 0, held-out accuracy evaluated {FLAGS.evals_per_epoch} times per "
-             "epoch. Each configuration runs once per seed (model initialisation "
+             "learning rate cosine-decayed to 0, held-out accuracy evaluated every few steps (each block says "
+             "how many). Each configuration runs once per seed (model initialisation "
              "and data order): final accuracy is the mean over seeds, steps to target the median ('never' when "
              "most seeds never reach it), the plotted curve the mean. Like dense: final held-out accuracy within "
              f"{FLAGS.tolerance:g} of dense's and steps to the target at most {FLAGS.max_step_ratio:g}x dense's.\n",
@@ -253,6 +262,7 @@ def markdown(results):
                   f"{len(dense['per_seed'])} seed{'s' if len(dense['per_seed']) > 1 else ''})\n"]
         if "command" in block:  # the runs that made this block (--merge keeps rows of earlier runs)
             lines += [f"`{command}` ({date})\n" for command, date in _commands(block)]
+        lines += [f"Held-out accuracy evaluated every {dense['steps'][1] - dense['steps'][0]} steps.\n"]
         lines += ["| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
                   "| like dense |",
                   "|---|---|---|---|---|---|---|---|",

@@ -13,7 +13,11 @@ _PRIME = 2 ** 31 - 1
 
 
 class PaperRuleDRAGONN(DRAGONN):
-    """DRAGONN whose shared slots keep the largest index (Algorithm 1's last writer)."""
+    """DRAGONN whose shared slots keep the largest index (Algorithm 1's last writer), one
+    slot per element (bucket_size=1)."""
+
+    def __init__(self, ratio, **knobs):
+        super().__init__(ratio, bucket_size=1, **knobs)
 
     def select(self, flat, ctx):
         n = flat.shape.num_elements()

@@ -1,6 +1,8 @@
 """Benchmark of the sparsifiers' hot paths: encoding (DRAGONN's hashed selection
 against the TF-native DGC composition, exact top_k and one streaming read) and
-decoding K workers' payloads (one batched sparse decode against K dense decodes).
+decoding K workers' payloads (one batched sparse decode against K dense decodes),
+and what DRAGONN's selection keeps at each bucket size (slots filled, and the
+share of the top-k's squared magnitude sent).
 
     .venv/bin/python -m benchmarks.sparse_bench
 
@@ -28,6 +30,7 @@ flags.DEFINE_float("decode_ratio", 0.001, "Fraction kept in the decode benchmark
 flags.DEFINE_list("workers", ["2", "4", "8", "16", "32"], "K values of the decode benchmark.")
 flags.DEFINE_integer("runs", 9, "Timed runs per figure; the median is reported (at least 7).")
 flags.DEFINE_integer("threads", 1, "Intra-op threads.")
+flags.DEFINE_list("bucket_sizes", ["1", "2", "4", "8"], "DRAGONN bucket sizes whose selection quality is measured.")
 flags.DEFINE_string("out_dir", "benchmarks/results", "Where the JSON and markdown go.")
 flags.DEFINE_string("name", "sparse_bench", "Base name of the result files.")
 
@@ -45,12 +48,17 @@ def encoders(ratio, n):
     m = max(1, math.ceil(ratio * n))
     ctx = context()
     dragonn_compressor = DRAGONN(ratio)
+    single_slots = DRAGONN(ratio, bucket_size=1)
     # DRAGONN's threshold: the same elements pass, compacted.
     dgc = DGC(ratio, candidates_per_slot=dragonn_compressor.candidates_per_slot)
 
     @tf.function
     def dragonn(x):
         return dragonn_compressor.select(x, ctx)
+
+    @tf.function
+    def dragonn_single(x):
+        return single_slots.select(x, ctx)
 
     @tf.function
     def dgc_native(x):
@@ -61,7 +69,7 @@ def encoders(ratio, n):
         top = tf.math.top_k(tf.abs(x), m, sorted=False).indices
         return tf.gather(x, top), top
 
-    return {"dragonn": dragonn, "tf_dgc": dgc_native, "exact_topk": exact_topk}
+    return {"dragonn": dragonn, "dragonn_single": dragonn_single, "tf_dgc": dgc_native, "exact_topk": exact_topk}
 
 
 @tf.function
@@ -146,6 +154,27 @@ def side_by_side(rng, inputs):
     return result
 
 
+def quality_rows(rng):
+    """Per ratio at 2^decode_log2 elements: the slots DRAGONN fills and the share of the
+    exact top-k's squared magnitude it sends, at each bucket size, beside DGC's compaction."""
+    n = 1 << FLAGS.decode_log2
+    x = tf.constant(rng.standard_normal(n, dtype=np.float32))
+    rows = []
+    for ratio in map(float, FLAGS.ratios):
+        m = max(1, math.ceil(ratio * n))
+        top_energy = float(tf.reduce_sum(tf.square(tf.math.top_k(tf.abs(x), m, sorted=False).values)))
+        compressors = {f"DRAGONN(bucket_size={b})": DRAGONN(ratio, bucket_size=int(b)) for b in FLAGS.bucket_sizes}
+        compressors["DGC"] = DGC(ratio)
+        for name, compressor in compressors.items():
+            values, indices = compressor.select(x, context())
+            rows.append({"ratio": ratio, "n": n, "selection": name,
+                         "filled": float(tf.reduce_mean(tf.cast(indices >= 0, tf.float32))),
+                         "energy": float(tf.reduce_sum(tf.square(values))) / top_energy})
+            print(f"quality ratio {ratio:<7g} {name:24s} filled {rows[-1]['filled']:.3f} "
+                  f"energy {rows[-1]['energy']:.3f}", flush=True)
+    return rows
+
+
 def targets(encode, decode, paired):
     """Lines comparing the measurements with issue 4's targets (2^24 float32, ratio 1e-3,
     one thread), computed from the rows; empty when the rows do not cover them."""
@@ -191,7 +220,7 @@ def encode_budget(spread, selected):
             f"{1e6 * (allowed - spread[low]) / extra:.1f} ns ({allowed:.2f} ms at {high:g})"]
 
 
-def markdown(encode, decode, paired, meta):
+def markdown(encode, decode, paired, quality, meta):
     m = meta["machine"]
     lines = [
         f"# Sparsifiers: encode and decode (float32, {meta['threads']} intra-op thread(s), median of "
@@ -204,13 +233,21 @@ def markdown(encode, decode, paired, meta):
         "`ops.hash_select`; TF DGC = the same threshold + `tf.where` compaction (+ top_k when over "
         "capacity); exact = `tf.math.top_k` of |x| + gather; stream = "
         "one `reduce_max` over x.", "",
-        "| n | ratio | DRAGONN ms | TF DGC ms | exact top_k ms | stream ms | DRAGONN / stream | "
-        "TF DGC / DRAGONN | top_k / DRAGONN |",
-        "|---|---|---|---|---|---|---|---|---|"]
+        "DRAGONN hashes into buckets of 4 slots (its default); 1-slot = `bucket_size=1`, a slot per element "
+        "as in its paper.", "",
+        "| n | ratio | DRAGONN ms | 1-slot ms | TF DGC ms | exact top_k ms | stream ms | DRAGONN / stream | "
+        "DRAGONN / 1-slot | TF DGC / DRAGONN | top_k / DRAGONN |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in encode:
-        lines.append(f"| 2^{r['log2']} | {r['ratio']:g} | {r['dragonn_ms']:.3f} | {r['tf_dgc_ms']:.3f} | "
-                     f"{r['exact_topk_ms']:.3f} | {r['stream_ms']:.3f} | {r['dragonn_ms'] / r['stream_ms']:.2f} | "
+        lines.append(f"| 2^{r['log2']} | {r['ratio']:g} | {r['dragonn_ms']:.3f} | {r['dragonn_single_ms']:.3f} | "
+                     f"{r['tf_dgc_ms']:.3f} | {r['exact_topk_ms']:.3f} | {r['stream_ms']:.3f} | "
+                     f"{r['dragonn_ms'] / r['stream_ms']:.2f} | {r['dragonn_ms'] / r['dragonn_single_ms']:.2f} | "
                      f"{r['tf_dgc_ms'] / r['dragonn_ms']:.1f} | {r['exact_topk_ms'] / r['dragonn_ms']:.1f} |")
+    lines += ["", f"## What the selection keeps: 2^{FLAGS.decode_log2} normal values", "",
+              "filled = slots holding an element; energy = the squared magnitude sent over the exact top-k's "
+              "(k = the slots). The threshold aims at twice the slots (`candidates_per_slot=2`).", "",
+              "| ratio | selection | filled | energy |", "|---|---|---|---|"]
+    lines += [f"| {r['ratio']:g} | {r['selection']} | {r['filled']:.3f} | {r['energy']:.3f} |" for r in quality]
     lines += ["", f"## Decode: K workers' payloads of a 2^{FLAGS.decode_log2} tensor at ratio "
                   f"{FLAGS.decode_ratio:g}", "",
               "sparse = one `ops.sparse_decode` of the K concatenated lists; dense = K decodes to dense "
@@ -232,10 +269,12 @@ def main(argv):
     inputs = decode_inputs(rng)
     decode = decode_rows(inputs)
     paired = side_by_side(rng, inputs)
+    quality = quality_rows(rng)
     meta = {"command": harness.command_line("benchmarks.sparse_bench"), "machine": harness.machine(),
             "threads": FLAGS.threads, "runs": FLAGS.runs}
-    results = {**meta, "encode": encode, "decode": decode, "side_by_side": paired}
-    paths = harness.write_results(FLAGS.out_dir, FLAGS.name, results, markdown(encode, decode, paired, meta))
+    results = {**meta, "encode": encode, "decode": decode, "side_by_side": paired, "quality": quality}
+    paths = harness.write_results(FLAGS.out_dir, FLAGS.name, results,
+                                  markdown(encode, decode, paired, quality, meta))
     print("wrote", *paths)
 
 

@@ -5,8 +5,10 @@ from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Compression profiles (tfcomp.selection) measured by the tests stay with the tests;
-# worker processes inherit the variable.
-os.environ.setdefault("TFCOMP_CACHE_DIR", tempfile.mkdtemp(prefix="tfcomp-test-cache-"))
+# worker processes inherit the variable. Each pytest-xdist worker has its own, as a
+# single pytest process would.
+if os.environ.get("PYTEST_XDIST_WORKER") or "TFCOMP_CACHE_DIR" not in os.environ:
+    os.environ["TFCOMP_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfcomp-test-cache-")
 
 # Hypothesis (tests/test_op_properties.py): "ci", the default, runs a bounded number of
 # examples drawn from a seed fixed per test, so every run tests the same inputs and the

@@ -33,9 +33,10 @@ def slot_claim(magnitude, i):
     return ((bits | 0x80000000) << 32) | (int(i) & MASK32)
 
 
-def hash_select(g, threshold, seed, capacity):
-    """Sequential Algorithm 1, a slot keeping the largest magnitude hashed to it (float32(|g|),
-    NaN above +Inf, denormals as 0), ties to the larger index."""
+def hash_select(g, threshold, seed, capacity, bucket_size=1):
+    """Sequential Algorithm 1 in buckets of bucket_size slots (the last may be shorter): a
+    bucket keeps the bucket_size largest magnitudes hashed to it, largest first
+    (float32(|g|), NaN above +Inf, denormals as 0), ties to the larger index."""
     acc = np.float64 if g.dtype == np.float64 else np.float32
     flat = g.reshape(-1).astype(acc)
     with np.errstate(over="ignore"):  # the op takes the threshold in g's dtype
@@ -43,12 +44,17 @@ def hash_select(g, threshold, seed, capacity):
     with np.errstate(invalid="ignore"):
         selected = np.nonzero(~(np.abs(flat) < t))[0]
     params = hash_from_seed(*seed)
-    claims = [0] * capacity
+    buckets = -(-capacity // bucket_size)
+    hashed = [[] for _ in range(buckets)]
     with np.errstate(over="ignore"):  # float64 magnitudes beyond float32 claim as +Inf
         magnitudes = np.abs(flat[selected]).astype(np.float32)
     for i, magnitude in zip(selected if capacity else (), magnitudes):  # no slots: nothing is kept
-        slot = hash_slot(params, i, capacity)
-        claims[slot] = max(claims[slot], slot_claim(magnitude, i))
+        hashed[hash_slot(params, i, buckets)].append(slot_claim(magnitude, i))
+    claims = [0] * capacity
+    for b, bucket in enumerate(hashed):
+        begin = b * bucket_size
+        kept = sorted(bucket, reverse=True)[:min(capacity, begin + bucket_size) - begin]
+        claims[begin:begin + len(kept)] = kept
     indices = np.array([c & MASK32 if c else -1 for c in claims], np.int64)
     values = np.zeros(capacity, g.dtype)
     values[indices >= 0] = g.reshape(-1)[indices[indices >= 0]]

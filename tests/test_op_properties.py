@@ -230,18 +230,20 @@ def test_hash_select(data):
     capacity = data.draw(st.one_of(st.integers(0, n + 8), st.sampled_from([0, 1, n])), "capacity")
     threshold = to_dtype(data.draw(elements(dtype), "threshold"), dtype)
     seed = data.draw(seeds, "seed")
+    bucket_size = data.draw(st.one_of(st.just(1), st.integers(1, 9)), "bucket_size")
     wide = data.draw(st.booleans(), "int64 indices")
     if wide:
         values, indices = ops.library().tfcomp_hash_select(
             tf.constant(g), tf.constant(threshold), tf.constant(seed, tf.int64), capacity=capacity,
-            Tindex=tf.int64)
+            bucket_size=bucket_size, Tindex=tf.int64)
     else:
-        values, indices = ops.hash_select(g, threshold, seed, capacity)
+        values, indices = ops.hash_select(g, threshold, seed, capacity, bucket_size)
     assert values.shape == (capacity,) and indices.shape == (capacity,)
     assert values.dtype == dtype and indices.dtype == (tf.int64 if wide else tf.int32)
     # The kernel compares |g| and the threshold as it reads them (subnormals flushed);
     # the values it returns are g's own bits.
-    _, expected_indices, selected = sparse_ref.hash_select(as_read(g), as_read(threshold), seed, capacity)
+    _, expected_indices, selected = sparse_ref.hash_select(as_read(g), as_read(threshold), seed, capacity,
+                                                           bucket_size)
     np.testing.assert_array_equal(indices.numpy(), expected_indices)
     valid = expected_indices >= 0
     expected_values = np.zeros(capacity, g.dtype)
@@ -427,6 +429,9 @@ EAGER_CASES = [
     ("hash_select", lambda: ops.hash_select(f32(4), f32(2), (1, 2), 2), r"threshold must be a scalar, got shape \[2\]"),
     ("hash_select", lambda: ops.hash_select(f32(4), 1.0, (1, 2), -1), "capacity must be >= 0, got -1"),
     ("hash_select", lambda: ops.hash_select(f32(4), 1.0, (1, 2), 2.5), "hash_select's capacity must be an integer, got 2.5"),
+    ("hash_select", lambda: ops.hash_select(f32(4), 1.0, (1, 2), 2, 0), "bucket_size must be >= 1, got 0"),
+    ("hash_select", lambda: L().tfcomp_hash_select(f32(4), 1.0, i64(1, 2), capacity=2, bucket_size=0),
+     "bucket_size.* must be at least minimum 1"),
     ("hash_select", lambda: ops.hash_select(np.ones(4, np.int32), 1, (1, 2), 2), FLOATS),
     ("hash_select", lambda: L().tfcomp_hash_select(tf.zeros([4]), tf.constant(1.0, tf.float64), i64(1, 2), capacity=2),
      "expected to be a float tensor but is a double"),

@@ -35,15 +35,21 @@ def test_a_shared_slot_keeps_the_largest_and_denormals_claim_as_zero(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-@pytest.mark.parametrize("n, capacity, threshold", [
-    (0, 0, 1.0), (0, 4, 1.0), (1, 1, 0.0), (33, 7, 1.0), (1000, 1, 1.5), (1000, 64, 2.0), (1000, 64, 0.0),
-    (1000, 64, 1e9), (100003, 1024, 2.5), ((1 << 20) + 3, 1024, 3.5)])
+@pytest.mark.parametrize("n, capacity, threshold, bucket_size", [
+    (0, 0, 1.0, 1), (0, 4, 1.0, 1), (1, 1, 0.0, 1), (33, 7, 1.0, 1), (1000, 1, 1.5, 1), (1000, 64, 2.0, 1),
+    (1000, 64, 0.0, 1), (1000, 64, 1e9, 1), (100003, 1024, 2.5, 1), ((1 << 20) + 3, 1024, 3.5, 1),
+    (0, 4, 1.0, 4), (1000, 1, 1.5, 4), (1000, 64, 0.0, 4), (1000, 63, 1.0, 4), (33, 7, 0.0, 8),
+    (1000, 64, 1.5, 64), (100003, 1022, 2.5, 3), ((1 << 20) + 3, 1024, 3.5, 4)])
 @pytest.mark.parametrize("specials", [False, True], ids=["finite", "nan_inf"])
-def test_hash_select_matches_sequential_reference(n, capacity, threshold, dtype, specials):
+def test_hash_select_matches_sequential_reference(n, capacity, threshold, bucket_size, dtype, specials):
+    """Bit for bit the reference; every kept index passed the threshold, sits in its hash
+    bucket, and a bucket holds the largest claims hashed to it, largest first, then its empty
+    slots (buckets of bucket_size slots, the last shorter where capacity is not a multiple;
+    one bucket of all the slots where bucket_size >= capacity)."""
     g = gradient(n, dtype, seed=n, specials=specials)
     seed = (n * 7 + 1, capacity)
-    values, indices = ops.hash_select(g, threshold, seed, capacity)
-    expected_values, expected_indices, selected = ref.hash_select(g, threshold, seed, capacity)
+    values, indices = ops.hash_select(g, threshold, seed, capacity, bucket_size)
+    expected_values, expected_indices, selected = ref.hash_select(g, threshold, seed, capacity, bucket_size)
     assert values.shape == (capacity,) and indices.shape == (capacity,) and indices.dtype == tf.int32
     np.testing.assert_array_equal(indices.numpy(), expected_indices)
     np.testing.assert_array_equal(values.numpy().view(np.uint8), expected_values.view(np.uint8))
@@ -51,8 +57,27 @@ def test_hash_select_matches_sequential_reference(n, capacity, threshold, dtype,
     assert len(set(valid)) == len(valid), "valid indices are distinct"
     assert set(valid) <= set(selected), "every valid index passed the threshold"
     params = ref.hash_from_seed(*seed)
-    assert all(ref.hash_slot(params, i, capacity) == slot for slot, i in enumerate(indices.numpy()) if i >= 0)
+    buckets = -(-capacity // bucket_size)
+    assert all(ref.hash_slot(params, i, buckets) == slot // bucket_size
+               for slot, i in enumerate(indices.numpy()) if i >= 0)
     assert not values.numpy()[indices.numpy() < 0].any(), "empty slots hold (0, -1)"
+    read = g.reshape(-1).astype(np.float32)  # claims compare float32 magnitudes
+    for begin in range(0, capacity, bucket_size):
+        kept = indices.numpy()[begin:begin + bucket_size]
+        claims = [ref.slot_claim(abs(read[i]), i) for i in kept[kept >= 0]]
+        assert claims == sorted(claims, reverse=True) and (kept[len(claims):] == -1).all(), (begin, kept)
+
+
+@pytest.mark.parametrize("bucket_size", [2, 4, 8])
+def test_a_bucket_keeps_the_largest_elements_hashed_to_it(bucket_size):
+    """Everything in one bucket (bucket_size = capacity): the bucket_size largest magnitudes,
+    largest first, whatever their order in g; fewer candidates leave the last slots empty."""
+    rng = np.random.default_rng(bucket_size)
+    g = rng.standard_normal(200).astype(np.float32)
+    _, indices = ops.hash_select(g, 0.0, (4, 5), bucket_size, bucket_size)
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(-np.abs(g), kind="stable")[:bucket_size])
+    _, indices = ops.hash_select(g[:bucket_size - 1], 0.0, (4, 5), bucket_size, bucket_size)
+    assert indices.numpy()[-1] == -1 and sorted(indices.numpy()[:-1]) == list(range(bucket_size - 1))
 
 
 def test_element_zero_is_selectable():
@@ -123,7 +148,7 @@ for c in range(int(cases["count"])):
     g, seed, capacity = cases[f"g{c}"], cases[f"seed{c}"], int(cases[f"capacity{c}"])
     values, indices = ops.library().tfcomp_hash_select(
         tf.constant(g), tf.constant(cases[f"threshold{c}"]), tf.constant(seed), capacity=capacity,
-        Tindex=tf.int64 if cases[f"wide{c}"] else tf.int32)
+        bucket_size=int(cases[f"bucket_size{c}"]), Tindex=tf.int64 if cases[f"wide{c}"] else tf.int32)
     out[f"values{c}"], out[f"indices{c}"] = values.numpy(), indices.numpy()
 np.savez(sys.argv[3], **out)
 """
@@ -132,21 +157,25 @@ np.savez(sys.argv[3], **out)
 def test_hash_select_with_large_capacity_matches_reference_on_any_thread_count(tmp_path):
     """Slot arrays larger than the cache (up to 1.2 MB, capacities that are not
     powers of two), many collisions (everything selected: each slot is claimed
-    ~3 times), NaN, +-Inf, -0, element 0 selected and a NaN threshold: bit for
-    bit the sequential reference on 1 thread (the in-order pass) and on 2 and 3
-    (atomic max on the index, values read afterwards)."""
-    cases = [  # dtype, n, capacity, threshold, int64 indices
-        (np.float32, 300007, 100003, 0.0, False),  # all selected: 3 per slot
-        (np.float32, 300007, 100003, 1.0, False),  # ~ capacity selected
-        (np.float32, (1 << 20) + 5, 40000, 2.0, False),
-        (np.float32, 300007, 32768, 0.5, False),
-        (np.float32, 300007, 70001, 0.5, True),
-        (np.float32, 200003, 65536, np.nan, False),  # a NaN threshold selects everything
-        (np.float64, 300007, 100003, 0.5, False),
-        (np.float16, 300007, 100003, 0.5, True),
+    ~3 times), NaN, +-Inf, -0, element 0 selected and a NaN threshold, one slot
+    and several per bucket: bit for bit the sequential reference on 1 thread
+    (the in-order pass) and on 2 and 3 (atomic max on the index, a displaced
+    claim moving on through its bucket, values read afterwards)."""
+    cases = [  # dtype, n, capacity, threshold, int64 indices, bucket size
+        (np.float32, 300007, 100003, 0.0, False, 1),  # all selected: 3 per slot
+        (np.float32, 300007, 100003, 1.0, False, 1),  # ~ capacity selected
+        (np.float32, (1 << 20) + 5, 40000, 2.0, False, 1),
+        (np.float32, 300007, 32768, 0.5, False, 1),
+        (np.float32, 300007, 70001, 0.5, True, 1),
+        (np.float32, 200003, 65536, np.nan, False, 1),  # a NaN threshold selects everything
+        (np.float64, 300007, 100003, 0.5, False, 1),
+        (np.float16, 300007, 100003, 0.5, True, 1),
+        (np.float32, 300007, 100003, 0.0, False, 4),  # every claim passes through up to 4 slots
+        (np.float32, (1 << 20) + 5, 40001, 2.0, True, 4),  # the last bucket shorter
+        (np.float64, 300007, 50000, 0.5, False, 3),
     ]
     data = {"count": len(cases)}
-    for c, (dtype, n, capacity, threshold, wide) in enumerate(cases):
+    for c, (dtype, n, capacity, threshold, wide, bucket_size) in enumerate(cases):
         rng = np.random.default_rng(c)
         g = rng.standard_normal(n).astype(np.float32)
         g[0] = 5.0
@@ -156,9 +185,10 @@ def test_hash_select_with_large_capacity_matches_reference_on_any_thread_count(t
         g[rng.choice(n, n // 20, replace=False)] = -0.0
         data.update({f"g{c}": g.astype(dtype), f"seed{c}": np.array([c + 3, capacity], np.int64),
                      f"capacity{c}": capacity, f"threshold{c}": np.array(threshold, dtype),
-                     f"wide{c}": wide})
+                     f"wide{c}": wide, f"bucket_size{c}": bucket_size})
     np.savez(tmp_path / "cases.npz", **data)
-    expected = [ref.hash_select(data[f"g{c}"], data[f"threshold{c}"], tuple(map(int, data[f"seed{c}"])), cases[c][2])
+    expected = [ref.hash_select(data[f"g{c}"], data[f"threshold{c}"], tuple(map(int, data[f"seed{c}"])), cases[c][2],
+                                cases[c][5])
                 for c in range(len(cases))]
     assert len(expected[0][2]) == 300007 and len(expected[5][2]) == 200003, "everything selected"
     for threads in (1, 2, 3):

@@ -154,24 +154,30 @@ def index_dtype(num_elements):
     return tf.int32 if num_elements <= 2**31 else tf.int64
 
 
-def hash_select(g, threshold, seed, capacity):
+def hash_select(g, threshold, seed, capacity, bucket_size=1):
     """DRAGONN's hashed threshold selection over g (any shape, flattened).
 
-    Every element with |g| >= threshold (and every NaN) goes to slot h(i) of
-    `capacity` slots, h a universal hash drawn from seed (int64[2]); a shared slot
-    keeps the largest magnitude (float32(|g|), NaN above +Inf), ties to the larger
-    index, on every device and thread count. At most 2^32 elements. Returns
-    (values[capacity], indices[capacity]); empty slots are (0, -1).
+    Every element with |g| >= threshold (and every NaN) goes to bucket h(i) of
+    the `capacity` slots cut into buckets of `bucket_size` consecutive slots (the
+    last may be shorter), h a universal hash drawn from seed (int64[2]). A bucket
+    keeps the bucket_size largest magnitudes hashed to it, largest first
+    (float32(|g|), NaN above +Inf), ties to the larger index, on every device and
+    thread count; bucket_size=1 is a slot per element, as in DRAGONN's paper. At
+    most 2^32 elements. Returns (values[capacity], indices[capacity]); empty
+    slots are (0, -1).
     """
     g = tf.convert_to_tensor(g)
     _check_dtype(g.dtype, "hash_select's input")
     capacity = _int_attr(capacity, "hash_select's capacity")
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0, got {capacity}")
+    bucket_size = _int_attr(bucket_size, "hash_select's bucket_size")
+    if bucket_size < 1:
+        raise ValueError(f"bucket_size must be >= 1, got {bucket_size}")
     n = g.shape.num_elements()
     return library().tfcomp_hash_select(
         g, tf.cast(threshold, g.dtype), _seed(seed, "hash_select's seed"), capacity=capacity,
-        Tindex=tf.int64 if n is None else index_dtype(n))
+        bucket_size=bucket_size, Tindex=tf.int64 if n is None else index_dtype(n))
 
 
 def sampled_threshold(g, seed, num_samples, k):

@@ -4,7 +4,6 @@ a FrozenVarianceAdam's variance frozen where compression starts, and a warning,
 once, for combinations that tfcomp's convergence benchmark
 (benchmarks/results/convergence.md) found to train worse than dense, with what
 to change."""
-import inspect
 
 import tensorflow as tf
 from absl import logging
@@ -19,23 +18,12 @@ from tfcomp.frozen_adam import FrozenVarianceAdam
 #: Below this ratio the sparsifiers trained measurably slower or worse than dense (SGD and Adam).
 MIN_RATIO = 0.1
 # What benchmarks/results/convergence.md measured under SGD with momentum, quoted by advice().
-SGD_LOW_RATIO_STEPS = "1.4-3.75x"
+SGD_LOW_RATIO_STEPS = "1.65-2.7x"
 SGD_NO_WARMUP = ("they ended 0.3-3.9 points lower on the LSTM language model, DRAGONN never "
                  "reaching the target accuracy")
-SGD_RECOMMENDED = ("TopK, DGC and DRAGONN reached it in 1.0-1.3x dense's steps on the CNN and 1.5-1.75x on the "
-                   "MLP, within 0.5 points of dense's final accuracy")
-SGD_RANDOMK = "3.1 and 1.2 points"
-#: At their recommended settings under SGD with momentum (the setting measured, then final accuracy
-#: against dense in points and steps to the target accuracy over dense's, on the digits MLP and CNN):
-#: what advice() tells the users of compressors that did not train like dense on both.
-#: tests/test_worker_momentum.py checks these against benchmarks/results/convergence.json.
-SGD_MEASURED = {
-    "EFSignSGD": ("EFSignSGD", (-0.4, 2.25), (-0.1, 1.43)),
-    "TopK": ("TopK(0.1) after a dense epoch", (-0.3, 1.50), (0.1, 1.00)),
-    "DGC": ("DGC(0.1) after a dense epoch", (-0.3, 1.75), (0.0, 1.00)),
-    "DRAGONN": ("DRAGONN(0.1) after a dense epoch", (-0.5, 1.75), (0.4, 1.00)),
-    "ACPSGD": ("ACPSGD(8) after a dense epoch", (-0.5, 1.50), (0.0, 1.14)),
-}
+SGD_RECOMMENDED = ("TopK, DGC and DRAGONN reached it in 1.0-1.23x dense's steps on the digits MLP and CNN, within "
+                   "0.5 points of dense's final accuracy")
+SGD_RANDOMK = "3.1 and 1.0 points"
 #: SignSGD's aggregate is +-1 per element, so the learning rate is every weight's step.
 SIGN_SGD_MAX_LEARNING_RATE = 1e-2
 _advised = set()
@@ -158,32 +146,7 @@ def advice(compressor, optimizer, warmup_steps=None):
                     f"weight's step (times 1/(1-momentum)); it needs one about 100x smaller than dense SGD "
                     f"(6e-4 on the digits models and 0.01 on an LSTM language model in tfcomp's benchmark, where "
                     f"lr 0.1 diverged). Or use EFSignSGD.")
-    if beta is not None and _as_measured(compressor) and type(compressor).__name__ in SGD_MEASURED:
-        return _measured_cost(type(compressor).__name__)
     return None
-
-
-def _as_measured(compressor):
-    """Whether compressor handles momentum as its class does by default, which the benchmark measured."""
-    if not isinstance(compressor, WorkerMomentum):
-        return True
-    defaults = inspect.signature(type(compressor)).parameters
-    masking = getattr(compressor, "momentum_masking", None)
-    return (compressor.momentum == defaults["momentum"].default
-            and masking == getattr(type(compressor), "default_momentum_masking", None)
-            and getattr(compressor, "candidates_per_slot", None)
-            == getattr(type(compressor), "default_candidates_per_slot", None))
-
-
-def _measured_cost(name):
-    """What a compressor that tfcomp cannot make train like dense under SGD with momentum costs."""
-    setting, (mlp_points, mlp_steps), (cnn_points, cnn_steps) = SGD_MEASURED[name]
-    return (f"{name} under SGD with momentum does not train like dense in tfcomp's convergence benchmark, even "
-            f"at its recommended settings: {setting} ended {mlp_points:+.1f} and {cnn_points:+.1f} points from "
-            f"dense on the digits MLP and CNN, and reached the target accuracy in {mlp_steps:.2f}x and "
-            f"{cnn_steps:.2f}x dense's steps. It pays where its steps are faster than that by more; where "
-            f"training must match dense, use PowerSGD(4) after a dense epoch (warmup_steps=) or FP16, which "
-            f"did there.")
 
 
 def resolve(compressor, optimizer, warmup_steps=None, advise=True):

@@ -284,14 +284,19 @@ void BenchSelect(int64_t n) {
     const double out_bytes = capacity * (sizeof(T) + sizeof(int64_t));
 
     Emit("hash_select", dt, n, ratio, MedianMs([&] {
-           CHECK_CUDA(sp::cuda::LaunchHashSelect(pool.Next(), n, t.ptr, hash, capacity, values.ptr,
-                                                 selected.ptr, Allocate, nullptr));
+           CHECK_CUDA(sp::cuda::LaunchHashSelect(pool.Next(), n, t.ptr, hash, capacity, 1,
+                                                 values.ptr, selected.ptr, Allocate, nullptr));
          }), in_bytes + out_bytes);
     // How full the table came out (DRAGONN's 1 - 1/e when as many pass as there are slots).
     CHECK_CUDA(cudaMemset(filled.ptr, 0, sizeof(unsigned long long)));
     CountFilledKernel<<<sp::cuda::GridFor(capacity), 256>>>(selected.ptr, capacity, filled.ptr);
     const double fill = static_cast<double>(filled.Download(1)[0]) / capacity;
     Emit("hash_select_fill", dt, n, ratio, 0, 0, fill);
+    // Buckets of 4 slots (DRAGONN's default): a claim may pass through 4 atomics.
+    Emit("hash_select_bucket4", dt, n, ratio, MedianMs([&] {
+           CHECK_CUDA(sp::cuda::LaunchHashSelect(pool.Next(), n, t.ptr, hash, capacity, 4,
+                                                 values.ptr, selected.ptr, Allocate, nullptr));
+         }), in_bytes + out_bytes);
 
     Emit("cub_select_if", dt, n, ratio, MedianMs([&] {
            const T* x = pool.Next();

@@ -102,22 +102,30 @@ float ClaimMagnitude(const T& x) {
 }
 
 template <typename T, typename Index>
-void CheckSelect(const std::vector<T>& g, const T* d_g, int64_t capacity, double threshold) {
+void CheckSelect(const std::vector<T>& g, const T* d_g, int64_t capacity, double threshold,
+                 int64_t bucket_size) {
   const int64_t n = static_cast<int64_t>(g.size());
   const T t = FromDouble<T>(threshold);
   const sp::HashParams hash =
       sp::HashFromSeed(static_cast<uint64_t>(n), static_cast<uint64_t>(capacity));
+  const int64_t buckets = sp::BucketCount(capacity, bucket_size);
 
-  // Reference: a sequential pass in index order; each slot keeps the largest
-  // claim (magnitude, then index) of the selected elements hashed to it.
+  // Reference: each bucket keeps the largest claims (magnitude, then index) of
+  // the selected elements hashed to it, largest first.
+  std::vector<std::vector<uint64_t>> hashed(buckets);
+  for (int64_t i = 0; i < n && capacity > 0; ++i) {
+    const Acc<T> magnitude = tfcomp::AbsValue(g[i]);
+    if (sp::Selected(magnitude, static_cast<Acc<T>>(t))) {
+      hashed[sp::HashSlot(hash, static_cast<uint64_t>(i), buckets)].push_back(
+          sp::SlotClaim(magnitude, i));
+    }
+  }
   std::vector<uint64_t> want_claims(capacity, 0);
-  if (capacity > 0) {
-    for (int64_t i = 0; i < n; ++i) {
-      const Acc<T> magnitude = tfcomp::AbsValue(g[i]);
-      if (sp::Selected(magnitude, static_cast<Acc<T>>(t))) {
-        const int64_t slot = sp::HashSlot(hash, static_cast<uint64_t>(i), capacity);
-        want_claims[slot] = std::max(want_claims[slot], sp::SlotClaim(magnitude, i));
-      }
+  for (int64_t b = 0; b < buckets; ++b) {
+    std::sort(hashed[b].begin(), hashed[b].end(), std::greater<uint64_t>());
+    const int64_t slots = std::min(capacity, (b + 1) * bucket_size) - b * bucket_size;
+    for (int64_t k = 0; k < slots && k < static_cast<int64_t>(hashed[b].size()); ++k) {
+      want_claims[b * bucket_size + k] = hashed[b][k];
     }
   }
   std::vector<Index> want_indices(capacity, static_cast<Index>(sp::kEmptyIndex));
@@ -130,7 +138,7 @@ void CheckSelect(const std::vector<T>& g, const T* d_g, int64_t capacity, double
   DeviceArray<T> d_t(std::vector<T>{t}), d_values(capacity);
   DeviceArray<Index> d_indices(capacity);
   Scratch allocate;
-  CHECK_CUDA(cu::LaunchHashSelect(d_g, n, d_t.ptr, hash, capacity, d_values.ptr,
+  CHECK_CUDA(cu::LaunchHashSelect(d_g, n, d_t.ptr, hash, capacity, bucket_size, d_values.ptr,
                                   d_indices.ptr, allocate, nullptr));
   const std::vector<Index> indices = d_indices.Download(capacity);
   const std::vector<T> values = d_values.Download(capacity);
@@ -142,20 +150,25 @@ void CheckSelect(const std::vector<T>& g, const T* d_g, int64_t capacity, double
   }
 
   // The collision rule on its own terms, from the GPU's table: every selected
-  // element's slot is filled, with an element at least as large, and one that
-  // is not smaller than it only by losing a tie on the index.
+  // element is in its bucket, or the bucket is full of elements at least as
+  // large, each not smaller than it only by losing a tie on the index.
   for (int64_t i = 0; i < n && capacity > 0; ++i) {
     if (!sp::Selected(tfcomp::AbsValue(g[i]), static_cast<Acc<T>>(t))) continue;
-    const int64_t slot = sp::HashSlot(hash, static_cast<uint64_t>(i), capacity);
-    const int64_t kept = indices[slot];
-    if (kept < 0 || kept >= n) {
-      Expect<T, Index>(false, "select empty slot", n, capacity, threshold, i);
-      continue;
+    const int64_t first = sp::HashSlot(hash, static_cast<uint64_t>(i), buckets) * bucket_size;
+    const int64_t last = std::min(capacity, first + bucket_size);
+    bool kept_i = false;
+    for (int64_t slot = first; slot < last; ++slot) kept_i = kept_i || indices[slot] == i;
+    for (int64_t slot = first; slot < last && !kept_i; ++slot) {
+      const int64_t kept = indices[slot];
+      if (kept < 0 || kept >= n) {
+        Expect<T, Index>(false, "select empty slot", n, capacity, threshold, i);
+        continue;
+      }
+      const float a = ClaimMagnitude(g[kept]), b = ClaimMagnitude(g[i]);
+      Expect<T, Index>(AtLeast(a, b), "select smaller magnitude kept", n, capacity, threshold, i);
+      const bool tie = AtLeast(b, a);
+      Expect<T, Index>(!tie || kept > i, "select tie to smaller index", n, capacity, threshold, i);
     }
-    const float a = ClaimMagnitude(g[kept]), b = ClaimMagnitude(g[i]);
-    Expect<T, Index>(AtLeast(a, b), "select smaller magnitude kept", n, capacity, threshold, i);
-    const bool tie = AtLeast(b, a);
-    Expect<T, Index>(!tie || kept >= i, "select tie to smaller index", n, capacity, threshold, i);
   }
 }
 
@@ -177,7 +190,9 @@ void CheckCollisions() {
         // The case is only worth its name if slots see many candidates each.
         Expect<T, Index>(selected >= 8 * capacity, "collision case too sparse", n, capacity, t,
                          selected);
-        CheckSelect<T, Index>(g, d_g.ptr, capacity, t);
+        for (int64_t bucket_size : {int64_t{1}, int64_t{4}}) {
+          CheckSelect<T, Index>(g, d_g.ptr, capacity, t, bucket_size);
+        }
       }
     }
   }
@@ -241,8 +256,11 @@ void CheckType() {
       const DeviceArray<T> d_shifted(shifted);
       for (int64_t capacity : capacities) {
         for (double t : thresholds) {
-          CheckSelect<T, Index>(g, d_g.ptr, capacity, t);
-          CheckSelect<T, Index>(g, d_shifted.ptr + 1, capacity, t);
+          // Buckets of 4 leave capacity 7 a shorter last one, and 1 one bucket of 1.
+          for (int64_t bucket_size : {int64_t{1}, int64_t{4}}) {
+            CheckSelect<T, Index>(g, d_g.ptr, capacity, t, bucket_size);
+            CheckSelect<T, Index>(g, d_shifted.ptr + 1, capacity, t, bucket_size);
+          }
         }
         for (int k = 1; k <= 5; ++k) CheckDecode<T, Index>(n, capacity, k, specials);
       }

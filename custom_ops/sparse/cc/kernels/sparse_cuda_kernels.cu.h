@@ -62,17 +62,25 @@ inline int BitsFor(int64_t n) {
   return bits;
 }
 
-// claims[h(i)] = max(claims[h(i)], SlotClaim(|g[i]|, i)) for every selected i;
-// claims[capacity] start at 0 (empty). Thread t reads g[t V, t V + V) as one
-// access (g aligned to V * sizeof(T)). The claims are atomic maxima of
-// (magnitude, index), so the table does not depend on the order of the writes.
+// Inserts SlotClaim(|g[i]|, i) into element i's bucket of bucket_size slots
+// (sparse_core.h's InsertClaim) for every selected i; claims[capacity] start
+// at 0 (empty). Thread t reads g[t V, t V + V) as one access (g aligned to
+// V * sizeof(T)). Each slot is settled by atomic maxima of (magnitude,
+// index), which return what the slot held, so the table does not depend on
+// the order of the writes.
 template <typename T, int V>
 __global__ void HashSelectKernel(const T* __restrict__ g, int64_t n,
                                  const T* __restrict__ threshold, HashParams hash,
-                                 int64_t capacity, uint64_t* __restrict__ claims) {
+                                 int64_t capacity, int64_t bucket_size,
+                                 uint64_t* __restrict__ claims) {
   // uint64_t is unsigned long; CUDA's 64-bit atomicMax takes unsigned long long, the same bits.
   static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "64-bit unsigned long long");
   const Acc<T> t = static_cast<Acc<T>>(*threshold);
+  const int64_t buckets = BucketCount(capacity, bucket_size);
+  const auto fetch_max = [claims](int64_t slot, uint64_t claim) -> uint64_t {
+    return atomicMax(reinterpret_cast<unsigned long long*>(claims) + slot,
+                     static_cast<unsigned long long>(claim));
+  };
   const int64_t packs = (n + V - 1) / V;
   for (int64_t p = GlobalThread(); p < packs; p += GridStride()) {
     const int64_t first = p * V;
@@ -83,9 +91,9 @@ __global__ void HashSelectKernel(const T* __restrict__ g, int64_t n,
       if (i >= n) continue;
       const Acc<T> magnitude = AbsValue(values.v[e]);
       if (Selected(magnitude, t)) {
-        const int64_t slot = HashSlot(hash, static_cast<uint64_t>(i), capacity);
-        atomicMax(reinterpret_cast<unsigned long long*>(claims) + slot,
-                  static_cast<unsigned long long>(SlotClaim(magnitude, i)));
+        const int64_t begin = BucketStart(hash, static_cast<uint64_t>(i), buckets, bucket_size);
+        const int64_t end = begin + bucket_size < capacity ? begin + bucket_size : capacity;
+        InsertClaim(SlotClaim(magnitude, i), begin, end, fetch_max);
       }
     }
   }
@@ -123,16 +131,16 @@ __global__ void SumRunsKernel(const T* __restrict__ values, const Index* __restr
   }
 }
 
-// Writes indices[capacity] and values[capacity]; threshold is one element in
-// device memory; n <= kMaxHashSelectElements (a claim holds 32 bits of index).
-// allocate(bytes) returns device scratch that stays valid for the work queued
-// on stream, or null on failure: capacity 64-bit claims, zeroed, that
-// HashSelectKernel raises to the largest (magnitude, index) of each slot and
-// GatherKernel reads back. Returns the first CUDA error.
+// Writes indices[capacity] and values[capacity], in buckets of bucket_size (>= 1)
+// slots; threshold is one element in device memory; n <= kMaxHashSelectElements
+// (a claim holds 32 bits of index). allocate(bytes) returns device scratch that
+// stays valid for the work queued on stream, or null on failure: capacity
+// 64-bit claims, zeroed, that HashSelectKernel fills with each bucket's largest
+// (magnitude, index) and GatherKernel reads back. Returns the first CUDA error.
 template <typename T, typename Index, typename Allocate>
 cudaError_t LaunchHashSelect(const T* g, int64_t n, const T* threshold, HashParams hash,
-                             int64_t capacity, T* values, Index* indices, Allocate&& allocate,
-                             cudaStream_t stream) {
+                             int64_t capacity, int64_t bucket_size, T* values, Index* indices,
+                             Allocate&& allocate, cudaStream_t stream) {
   if (capacity <= 0) return cudaGetLastError();
   uint64_t* claims = static_cast<uint64_t*>(allocate(capacity * sizeof(uint64_t)));
   if (claims == nullptr) return cudaErrorMemoryAllocation;
@@ -142,7 +150,7 @@ cudaError_t LaunchHashSelect(const T* g, int64_t n, const T* threshold, HashPara
     cuda_vec::WithVecWidth<T>(g, [&](auto width) {
       constexpr int V = decltype(width)::value;
       HashSelectKernel<T, V><<<GridFor((n + V - 1) / V), kThreads, 0, stream>>>(
-          g, n, threshold, hash, capacity, claims);
+          g, n, threshold, hash, capacity, bucket_size, claims);
     });
   }
   GatherKernel<T, Index><<<slot_grid, kThreads, 0, stream>>>(g, claims, capacity,

@@ -87,13 +87,15 @@ namespace functor {
 template <typename T, typename Index>
 struct HashSelect<CPUDevice, T, Index> {
   void operator()(OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
-                  sparse::HashParams hash, int64_t capacity, T* values, Index* indices) {
+                  sparse::HashParams hash, int64_t capacity, int64_t bucket_size, T* values,
+                  Index* indices) {
     const auto t = static_cast<typename Accumulator<T>::type>(*threshold);
     std::vector<uint64_t> claims(capacity, 0);
     std::fill(values, values + capacity, T(0));
     const int64_t blocks = (n + kSelectBlock - 1) / kSelectBlock;
     const bool threaded = ctx->device()->tensorflow_cpu_worker_threads()->num_threads > 1 && blocks > 1;
-    const Slots<T, Index> slots{hash, capacity, claims.data(), threaded ? nullptr : values};
+    const Slots<T, Index> slots{hash, capacity, bucket_size, sparse::BucketCount(capacity, bucket_size),
+                                claims.data(), threaded ? nullptr : values};
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
       SelectRange(BestIsa(), g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
     });
@@ -208,6 +210,7 @@ class HashSelectOp : public OpKernel {
  public:
   explicit HashSelectOp(OpKernelConstruction* c) : OpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("capacity", &capacity_));
+    OP_REQUIRES_OK(c, c->GetAttr("bucket_size", &bucket_size_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -236,12 +239,13 @@ class HashSelectOp : public OpKernel {
     const sparse::HashParams hash =
         sparse::HashFromSeed(static_cast<uint64_t>(s(0)), static_cast<uint64_t>(s(1)));
     functor::HashSelect<Device, T, Index>()(ctx, g.flat<T>().data(), n, threshold.flat<T>().data(),
-                                            hash, capacity_, values->flat<T>().data(),
+                                            hash, capacity_, bucket_size_, values->flat<T>().data(),
                                             indices->flat<Index>().data());
   }
 
  private:
   int64_t capacity_;
+  int64_t bucket_size_;
 };
 
 template <typename Device, typename T, typename Index>

@@ -39,11 +39,12 @@ struct TempAllocator {
 template <typename T, typename Index>
 struct HashSelect<GPUDevice, T, Index> {
   void operator()(tensorflow::OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
-                  sparse::HashParams hash, int64_t capacity, T* values, Index* indices) {
+                  sparse::HashParams hash, int64_t capacity, int64_t bucket_size, T* values,
+                  Index* indices) {
     tensorflow::Tensor scratch;
-    const cudaError_t err =
-        sparse::cuda::LaunchHashSelect(g, n, threshold, hash, capacity, values, indices,
-                                       TempAllocator{ctx, &scratch}, StreamOf(ctx));
+    const cudaError_t err = sparse::cuda::LaunchHashSelect(
+        g, n, threshold, hash, capacity, bucket_size, values, indices, TempAllocator{ctx, &scratch},
+        StreamOf(ctx));
     if (ctx->status().ok()) CheckLaunch(ctx, err, "HashSelect");
   }
 };

@@ -14,12 +14,14 @@ class OpKernelContext;
 namespace tfcomp {
 namespace functor {
 
-// indices[capacity] and values[capacity] from g[n], empty slots (-1, 0)
-// included; threshold points to one element (device memory on GPUs).
+// indices[capacity] and values[capacity] from g[n] in buckets of bucket_size
+// slots, empty slots (-1, 0) included; threshold points to one element
+// (device memory on GPUs).
 template <typename Device, typename T, typename Index>
 struct HashSelect {
   void operator()(tensorflow::OpKernelContext* ctx, const T* g, int64_t n, const T* threshold,
-                  sparse::HashParams hash, int64_t capacity, T* values, Index* indices);
+                  sparse::HashParams hash, int64_t capacity, int64_t bucket_size, T* values,
+                  Index* indices);
 };
 
 // threshold[0] = the k-th largest sampled magnitude of g[n] (see sparse_core.h).

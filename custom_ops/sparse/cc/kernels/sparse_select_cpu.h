@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "custom_ops/common/cpu_isa.h"
 #include "custom_ops/common/numeric.h"
@@ -17,37 +18,47 @@ namespace tfcomp {
 namespace sparse {
 namespace cpu {
 
-// The slots being filled: each keeps the largest claim (sparse::SlotClaim:
-// magnitude, then index) hashed to it, on any thread count. One thread keeps
-// the winner's value beside its claim (the value is in a register now; reading
-// it back later would miss the cache once per slot). Several threads settle
-// the claim by atomic max and read the values afterwards.
+// The slots being filled: each bucket keeps the largest claims
+// (sparse::SlotClaim: magnitude, then index) hashed to it, largest first
+// (sparse::InsertClaim), on any thread count. One thread keeps each claim's
+// value beside it (the value is in a register now; reading it back later
+// would miss the cache once per slot). Several threads settle the claims by
+// atomic max and read the values afterwards.
 template <typename T, typename Index>
 struct Slots {
   sparse::HashParams hash;
   int64_t capacity;
+  int64_t bucket_size;
+  int64_t buckets;   // sparse::BucketCount(capacity, bucket_size)
   uint64_t* claims;  // capacity of them, 0 (empty) at the start
   T* values;         // nullptr when several threads select
-  int64_t SlotOf(int64_t i) const { return sparse::HashSlot(hash, i, capacity); }
-  // Fetches a slot's lines ahead of its claim: each claim reads its slot first.
+  int64_t SlotOf(int64_t i) const { return sparse::BucketStart(hash, i, buckets, bucket_size); }
+  // Fetches a bucket's first line ahead of its claim: each claim reads its slots first.
   void Prefetch(int64_t slot) const {
     __builtin_prefetch(claims + slot, 1);
     if (values != nullptr) __builtin_prefetch(values + slot, 1);
   }
   void Claim(int64_t i, T value) const { ClaimSlot(SlotOf(i), i, value); }
+  // Claims the bucket whose first slot is `slot`.
   void ClaimSlot(int64_t slot, int64_t i, T value) const {
-    const uint64_t claim = sparse::SlotClaim(AbsValue(value), i);
+    uint64_t claim = sparse::SlotClaim(AbsValue(value), i);
+    const int64_t end = slot + bucket_size < capacity ? slot + bucket_size : capacity;
     if (values != nullptr) {
-      if (claim > claims[slot]) {
-        claims[slot] = claim;
-        values[slot] = value;
+      for (; slot < end && claim != 0; ++slot) {
+        if (claim > claims[slot]) {
+          std::swap(claim, claims[slot]);
+          std::swap(value, values[slot]);
+        }
       }
       return;
     }
-    uint64_t seen = __atomic_load_n(claims + slot, __ATOMIC_RELAXED);
-    while (seen < claim && !__atomic_compare_exchange_n(claims + slot, &seen, claim, true,
-                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
+    sparse::InsertClaim(claim, slot, end, [this](int64_t s, uint64_t c) {
+      uint64_t seen = __atomic_load_n(claims + s, __ATOMIC_RELAXED);
+      while (seen < c && !__atomic_compare_exchange_n(claims + s, &seen, c, true, __ATOMIC_RELAXED,
+                                                      __ATOMIC_RELAXED)) {
+      }
+      return seen;
+    });
   }
 };
 

@@ -34,6 +34,7 @@ REGISTER_OP("TfcompHashSelect")
     .Output("values: T")
     .Output("indices: Tindex")
     .Attr("capacity: int >= 0")
+    .Attr("bucket_size: int >= 1 = 1")
     .Attr("T: {half, bfloat16, float, double}")
     .Attr("Tindex: {int32, int64} = DT_INT32")
     .SetShapeFn([](InferenceContext* c) {
@@ -48,10 +49,11 @@ REGISTER_OP("TfcompHashSelect")
     })
     .Doc(R"doc(
 DRAGONN's hashed selection: every element of g (flattened) with |g| >= threshold
-(or NaN) is written to slot h(index) of `capacity` slots, h a universal hash
-drawn from seed[0:2]; a shared slot keeps the largest magnitude (float32(|g|),
-NaN above +Inf), ties to the larger index. Empty slots hold index -1 and value 0.
-At most 2^32 elements.
+(or NaN) is written to bucket h(index) of the `capacity` slots cut into buckets
+of `bucket_size` consecutive slots (the last may be shorter), h a universal hash
+drawn from seed[0:2]; a bucket keeps the bucket_size largest magnitudes hashed
+to it, largest first (float32(|g|), NaN above +Inf), ties to the larger index.
+Empty slots hold index -1 and value 0. At most 2^32 elements.
 )doc");
 
 REGISTER_OP("TfcompSampledThreshold")

@@ -286,21 +286,29 @@ void CheckSlotClaims() {
 void SlotClaimsFloat() { CheckSlotClaims<float>(); }
 void SlotClaimsDouble() { CheckSlotClaims<double>(); }
 
-// Algorithm 1 done sequentially with the collision rule of sparse_core.h: in
-// index order, every index with |g| >= t (or NaN) claims slot h(i), and the
-// slot keeps the largest SlotClaim. The slot's index, -1 when empty.
+// Algorithm 1 done sequentially with the collision rule of sparse_core.h: every
+// index with |g| >= t (or NaN) claims bucket h(i) of bucket_size slots (the
+// last shorter), and the bucket keeps its largest SlotClaims, largest first,
+// sorted here rather than passed on slot to slot. The slot's index, -1 when empty.
 template <typename T>
 std::vector<int64_t> RefSelect(const std::vector<T>& g, int64_t begin, int64_t end, T t,
-                               int64_t capacity, HashParams h) {
-  std::vector<uint64_t> claims(capacity, 0);
+                               int64_t capacity, int64_t bucket_size, HashParams h) {
+  const int64_t buckets = (capacity + bucket_size - 1) / bucket_size;
+  std::vector<std::vector<uint64_t>> hashed(buckets);
   for (int64_t i = begin; i < end; ++i) {
     if (tfcomp::sparse::Selected(tfcomp::AbsValue(g[i]), t)) {
-      const int64_t slot = tfcomp::sparse::HashSlot(h, i, capacity);
-      claims[slot] = std::max(claims[slot], tfcomp::sparse::SlotClaim(tfcomp::AbsValue(g[i]), i));
+      hashed[tfcomp::sparse::HashSlot(h, i, buckets)].push_back(
+          tfcomp::sparse::SlotClaim(tfcomp::AbsValue(g[i]), i));
     }
   }
-  std::vector<int64_t> indices(capacity);
-  for (int64_t j = 0; j < capacity; ++j) indices[j] = tfcomp::sparse::ClaimedIndex(claims[j]);
+  std::vector<int64_t> indices(capacity, tfcomp::sparse::kEmptyIndex);
+  for (int64_t b = 0; b < buckets; ++b) {
+    std::sort(hashed[b].begin(), hashed[b].end(), std::greater<uint64_t>());
+    const int64_t slots = std::min(capacity, (b + 1) * bucket_size) - b * bucket_size;
+    for (int64_t k = 0; k < std::min<int64_t>(slots, hashed[b].size()); ++k) {
+      indices[b * bucket_size + k] = tfcomp::sparse::ClaimedIndex(hashed[b][k]);
+    }
+  }
   return indices;
 }
 
@@ -329,12 +337,14 @@ struct Selection {
 // to (index, value) slots as the HashSelect CPU functor does.
 template <typename T, typename Index>
 Selection<T, Index> RunSelect(tfcomp::Isa isa, Fill fill, const std::vector<T>& g, int64_t begin,
-                              int64_t end, T t, int64_t capacity, HashParams h) {
+                              int64_t end, T t, int64_t capacity, HashParams h,
+                              int64_t bucket_size = 1) {
   std::vector<uint64_t> claims(capacity, 0);
   Selection<T, Index> out{std::vector<Index>(capacity), std::vector<T>(capacity, T(0))};
   const bool threaded = fill == Fill::kThreads;
-  const tfcomp::sparse::cpu::Slots<T, Index> slots{h, capacity, claims.data(),
-                                                   threaded ? nullptr : out.values.data()};
+  const tfcomp::sparse::cpu::Slots<T, Index> slots{
+      h, capacity, bucket_size, tfcomp::sparse::BucketCount(capacity, bucket_size), claims.data(),
+      threaded ? nullptr : out.values.data()};
   // Three chunks of unequal length, off the vector widths.
   const int64_t length = end - begin;
   const int64_t cut1 = begin + std::min(length, length / 3 + 5);
@@ -368,29 +378,42 @@ bool SameBits(T a, T b) {
 }
 
 // One selection loop on g[begin, end), filled every way, against the
-// sequential reference, value bits included; and each kept element outranks
-// every selected element hashed to its slot (RefOutranks, not SlotClaim).
+// sequential reference, value bits included; and each selected element is kept
+// in its bucket, or the bucket is full of elements that outrank it
+// (RefOutranks, not SlotClaim), the kept ones in decreasing order.
 template <typename T, typename Index>
 void CheckSelectLoop(tfcomp::Isa isa, const std::vector<T>& g, int64_t begin, int64_t end, T t,
-                     int64_t capacity, HashParams h) {
-  const std::vector<int64_t> want = RefSelect(g, begin, end, t, capacity, h);
+                     int64_t capacity, int64_t bucket_size, HashParams h) {
+  const std::vector<int64_t> want = RefSelect(g, begin, end, t, capacity, bucket_size, h);
   for (Fill fill : kFills) {
-    const Selection<T, Index> got = RunSelect<T, Index>(isa, fill, g, begin, end, t, capacity, h);
+    const Selection<T, Index> got =
+        RunSelect<T, Index>(isa, fill, g, begin, end, t, capacity, h, bucket_size);
     for (int64_t j = 0; j < capacity; ++j) {
       const T want_value = want[j] >= 0 ? g[want[j]] : T(0);  // +0 in an empty slot
       CHECK(got.indices[j] == want[j] && SameBits(got.values[j], want_value))
           << tfcomp::IsaName(isa) << ", " << FillName(fill) << " [" << begin << ", " << end
-          << ") t=" << t << " m=" << capacity << " slot " << j << ": index " << got.indices[j]
-          << " value " << got.values[j] << ", want " << want[j] << " value " << want_value;
+          << ") t=" << t << " m=" << capacity << " bucket " << bucket_size << " slot " << j
+          << ": index " << got.indices[j] << " value " << got.values[j] << ", want " << want[j]
+          << " value " << want_value;
     }
   }
+  const auto outranks = [&](int64_t a, int64_t b) {
+    return RefOutranks(Magnitude(g[a]), a, Magnitude(g[b]), b);
+  };
+  const int64_t buckets = tfcomp::sparse::BucketCount(capacity, bucket_size);
   for (int64_t i = begin; i < end; ++i) {
     if (!tfcomp::sparse::Selected(tfcomp::AbsValue(g[i]), t)) continue;
-    const int64_t j = tfcomp::sparse::HashSlot(h, i, capacity);
-    const int64_t kept = want[j];
-    CHECK(kept == i || (kept >= 0 && RefOutranks(Magnitude(g[kept]), kept, Magnitude(g[i]), i)))
-        << tfcomp::IsaName(isa) << " [" << begin << ", " << end << ") t=" << t << " m=" << capacity
-        << ": selected index " << i << " (" << g[i] << ") lost slot " << j << " to " << kept;
+    const int64_t first = tfcomp::sparse::HashSlot(h, i, buckets) * bucket_size;
+    const int64_t last = std::min(capacity, first + bucket_size);
+    bool kept = false, beaten = true;
+    for (int64_t j = first; j < last; ++j) {
+      kept = kept || want[j] == i;
+      beaten = beaten && want[j] >= 0 && want[j] != i && outranks(want[j], i);
+      if (j > first && want[j] >= 0) CHECK(outranks(want[j - 1], want[j])) << "slot " << j;
+    }
+    CHECK(kept || beaten) << tfcomp::IsaName(isa) << " [" << begin << ", " << end << ") t=" << t
+                          << " m=" << capacity << " bucket " << bucket_size << ": selected index "
+                          << i << " (" << g[i] << ") lost its bucket at slot " << first;
   }
 }
 
@@ -419,8 +442,11 @@ void SelectLoops(tfcomp::Isa isa) {
     for (const auto& [begin, end] : ranges) {
       for (T t : {T(0), T(1), T(2.5), T(4), inf, nan}) {
         for (int64_t capacity : {1, 97, 1024, 5003}) {
-          CheckSelectLoop<T, Index>(isa, g, begin, end, t, capacity,
-                                    tfcomp::sparse::HashFromSeed(begin + 1, capacity));
+          // Buckets of 4 leave 97 and 5003 a shorter last one, and 1 one bucket of 1.
+          for (int64_t bucket_size : {1, 4}) {
+            CheckSelectLoop<T, Index>(isa, g, begin, end, t, capacity, bucket_size,
+                                      tfcomp::sparse::HashFromSeed(begin + 1, capacity));
+          }
         }
       }
     }
@@ -471,6 +497,23 @@ void SelectCollisions(tfcomp::Isa isa) {
     one_slot("float32 tie", {T(3 + std::ldexp(1.0, -40)), T(-3), T(2)}, T(1), 1, T(-3));
     one_slot("float32 inf tie", {T(1), inf, T(-1e300), T(5)}, T(1), 2, T(-1e300));
   }
+
+  // One bucket of three slots: its three largest, largest first, ties to the
+  // larger index; then a NaN (above +-inf) and an empty last slot.
+  const auto one_bucket = [&](const std::string& what, const std::vector<T>& g, T t,
+                              std::vector<int64_t> indices) {
+    for (Fill fill : kFills) {
+      const Selection<T, Index> got =
+          RunSelect<T, Index>(isa, fill, g, 0, static_cast<int64_t>(g.size()), t, 3, h, 3);
+      CHECK(std::vector<int64_t>(got.indices.begin(), got.indices.end()) == indices)
+          << tfcomp::IsaName(isa) << ", " << FillName(fill) << ", one bucket, " << what;
+      for (int k = 0; k < 3; ++k) {
+        CHECK(SameBits(got.values[k], indices[k] >= 0 ? g[indices[k]] : T(0))) << what << " " << k;
+      }
+    }
+  };
+  one_bucket("ties", {T(2), T(-3), T(0.25), T(3), T(-3), T(2.5), T(-0.5), T(1)}, T(1), {4, 3, 1});
+  one_bucket("NaN, two selected", {T(0.5), nan, T(-0.25), -inf}, T(1), {1, 3, -1});
 
   // Long, so that the vector loops see it: magnitudes below 1, then planted
   // ones. One slot: 7 at several indices of either sign, the last at 3001;
