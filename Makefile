@@ -52,12 +52,13 @@ build: venv $(OP_LIBRARY)
 demo: build
 	$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
 
-# The pinned suite runs in PYTEST_WORKERS pytest-xdist processes, a test file
-# each at a time (a file's module fixtures are set up once); 1 runs it in one.
+# The suite runs in PYTEST_WORKERS pytest-xdist processes, a test file each at
+# a time (a file's module fixtures are set up once); 1 runs it in one.
 PYTEST_WORKERS ?= 2
+XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 ifneq ($(STACK),current)
 pytest: build
-	$(PYTHON) -m pytest -q --durations=25 $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) tests
+	$(PYTHON) -m pytest -q --durations=25 $(XDIST) tests
 
 # All tests: the Python suite, then the C++ op tests built with Bazel; without
 # STACK, then the current stack's part too.
@@ -84,7 +85,7 @@ CURRENT_STACK_DISTRIBUTE := sgd_with_momentum_trains_like_dense or custom_traini
 	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
 	keras3_model_save
 pytest: build
-	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(CURRENT_STACK_TESTS)
+	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(XDIST) $(CURRENT_STACK_TESTS)
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
 	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
 	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/test_frozen_adam.py

@@ -206,7 +206,7 @@ class DRAGONN(ThresholdSparsifier):
     the slots are cut into buckets of bucket_size; an element hashes to a
     bucket, which keeps the largest elements hashed to it. The paper hashes to
     single slots and keeps the last written: with one slot per bucket, kept the
-    largest, about 86% of the slots fill, with 87% of the top-k's squared
+    largest, about 86% of the slots fill, with 84% of the top-k's squared
     magnitude; buckets of 4 fill 98%, with 97% of it (a bucket settles by up to
     bucket_size atomic maxima per element above the threshold, still in one
     pass). On the digits MLP under Adam, DRAGONN(0.1) reached the target

@@ -35,8 +35,8 @@
 // (k+1)-th largest claim whatever the order of arrival, so it is still one
 // pass, settled by atomic maxima on any number of threads and devices. With
 // twice as many candidates as slots, a slot of its own (bucket_size 1) keeps
-// about 87% of the top-m's squared magnitude in 86% of the slots; buckets of 4
-// keep about 97% in 98% of them (benchmarks/results/dragonn_collisions.md).
+// about 84% of the top-m's squared magnitude in 86% of the slots; buckets of 4
+// keep about 97% in 98% of them (benchmarks/results/sparse_bench.md).
 //
 // Sparse decode: out = zeros(n); out[idx] += value for every entry whose index
 // is >= 0 (empty slots, index -1, are skipped). Entries are added in list
