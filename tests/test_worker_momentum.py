@@ -166,8 +166,9 @@ def test_advice_speaks_exactly_where_the_committed_benchmark_did_not_train_like_
         assert (said is None) == all(like_dense), (label, like_dense, said)
         verdicts.add(all(like_dense))
     assert verdicts == {True, False}, "the committed benchmark has settings of both kinds"
-    below = [dense["final"] - run["final"]
-             for dense, runs in ((b["dense"], b["runs"]) for b in (results[f"convergence_{task}_sgd_momentum"]
-                                                                     for task in ("mlp", "cnn")))
-             for run in runs if run["setting"] == "recommended" and run["label"] == "RandomK(0.1)"]
-    assert f"{100 * below[0]:.1f} and {100 * below[1]:.1f} points" in advice(tfcomp.RandomK(0.1), sgd_at(LR))
+    for optimizer_name, optimizer in (("sgd_momentum", sgd_at(LR)), ("adam", tfcomp.FrozenVarianceAdam())):
+        below = [block["dense"]["final"] - run["final"]
+                 for block in (results[f"convergence_{task}_{optimizer_name}"] for task in ("mlp", "cnn"))
+                 for run in block["runs"] if run["setting"] == "recommended" and run["label"] == "RandomK(0.1)"]
+        said = advice(tfcomp.RandomK(0.1), optimizer, warmup_steps=22)
+        assert f"{100 * below[0]:.1f} and {100 * below[1]:.1f} points" in said, (optimizer_name, said)
