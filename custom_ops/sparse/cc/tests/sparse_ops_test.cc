@@ -110,6 +110,9 @@ typename Tr::S RandomValue(std::mt19937_64& rng) {
 // ---- The graph -----------------------------------------------------------------
 
 const int64_t kCapacities[] = {0, 1, 7, 1024};
+// HashSelects with buckets of kBucketSize slots: 7 leaves a shorter last bucket.
+const int64_t kBucketCapacities[] = {7, 1024};
+constexpr int64_t kBucketSize = 4;
 
 // One graph per dtype: placeholders of unknown shape (so the kernels, not the
 // shape functions, see bad shapes) feeding a HashSelect per (capacity, index
@@ -121,6 +124,7 @@ class SparseGraph : public OpGraph {
   };
   TF_Output g, threshold, seed;
   std::map<std::pair<int64_t, TF_DataType>, Select> select;
+  std::map<std::pair<int64_t, TF_DataType>, Select> bucket_select;  // bucket_size kBucketSize
   TF_Output decode_values, decode_n;
   std::map<TF_DataType, TF_Output> decode_indices, decode_out;
 
@@ -150,15 +154,22 @@ class SparseGraph : public OpGraph {
     decode_n = Placeholder(graph(), "decode_n", TF_INT64);
     for (TF_DataType index_type : {TF_INT32, TF_INT64}) {
       const std::string suffix = index_type == TF_INT32 ? "_int32" : "_int64";
-      for (int64_t capacity : kCapacities) {
-        const std::string name = "select_" + std::to_string(capacity) + suffix;
+      // bucket_size 0: the attr left to its default (1).
+      const auto add_select = [&](int64_t capacity, int64_t bucket_size) {
+        const std::string name = "select_" + std::to_string(capacity) + "_bucket" +
+                                 std::to_string(bucket_size) + suffix;
         TF_OperationDescription* d = TF_NewOperation(graph(), "TfcompHashSelect", name.c_str());
         for (const TF_Output& in : {g, threshold, seed}) TF_AddInput(d, in);
         TF_SetAttrType(d, "T", type);
         TF_SetAttrType(d, "Tindex", index_type);
         TF_SetAttrInt(d, "capacity", capacity);
+        if (bucket_size > 0) TF_SetAttrInt(d, "bucket_size", bucket_size);
         TF_Operation* op = FinishOrExit(d, name.c_str());
-        select[{capacity, index_type}] = Select{{op, 0}, {op, 1}};
+        return Select{{op, 0}, {op, 1}};
+      };
+      for (int64_t capacity : kCapacities) select[{capacity, index_type}] = add_select(capacity, 0);
+      for (int64_t capacity : kBucketCapacities) {
+        bucket_select[{capacity, index_type}] = add_select(capacity, kBucketSize);
       }
       const std::string indices_name = "decode_indices" + suffix;
       decode_indices[index_type] = Placeholder(graph(), indices_name.c_str(), index_type);
@@ -217,6 +228,61 @@ std::vector<int64_t> RefSelect(const std::vector<typename Tr::S>& g, double thre
     if (kept < 0 || RefOutranks<Tr>(g, i, kept)) kept = i;
   }
   return slots;
+}
+
+// Buckets of bucket_size slots (the last shorter): each keeps the selected
+// elements hashed to it that outrank the rest, in decreasing order.
+template <typename Tr>
+std::vector<int64_t> RefSelectBuckets(const std::vector<typename Tr::S>& g, double threshold,
+                                      tfcomp::sparse::HashParams hash, int64_t capacity,
+                                      int64_t bucket_size) {
+  const int64_t buckets = (capacity + bucket_size - 1) / bucket_size;
+  std::vector<std::vector<int64_t>> hashed(buckets);
+  for (int64_t i = 0; i < static_cast<int64_t>(g.size()); ++i) {
+    if (!RefSelected<Tr>(g[i], threshold)) continue;
+    hashed[tfcomp::sparse::HashSlot(hash, i, buckets)].push_back(i);
+  }
+  std::vector<int64_t> slots(capacity, -1);
+  for (int64_t b = 0; b < buckets; ++b) {
+    std::sort(hashed[b].begin(), hashed[b].end(),
+              [&](int64_t i, int64_t j) { return RefOutranks<Tr>(g, i, j); });
+    const int64_t size = std::min(capacity, (b + 1) * bucket_size) - b * bucket_size;
+    for (int64_t k = 0; k < size && k < static_cast<int64_t>(hashed[b].size()); ++k) {
+      slots[b * bucket_size + k] = hashed[b][k];
+    }
+  }
+  return slots;
+}
+
+// The bucketed HashSelect of capacity slots against RefSelectBuckets, index and value bits.
+template <typename Tr, typename Ix>
+void CheckBucketSelect(SparseGraph& graph, const std::vector<typename Tr::S>& g, double threshold,
+                       int64_t capacity, int64_t seed0, int64_t seed1, const std::string& what) {
+  using S = typename Tr::S;
+  const SparseGraph::Select& op = graph.bucket_select.at({capacity, Ix::kType});
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<Tensor> out;
+  std::vector<std::pair<TF_Output, Tensor>> feeds;
+  feeds.emplace_back(graph.g, MakeTensor(Tr::kType, {n}, g));
+  feeds.emplace_back(graph.threshold, MakeTensor<S>(Tr::kType, {}, {Tr::FromDouble(threshold)}));
+  feeds.emplace_back(graph.seed, MakeTensor<int64_t>(TF_INT64, {2}, {seed0, seed1}));
+  const Status s = graph.Run(std::move(feeds), {op.values, op.indices}, &out);
+  CHECK(s.ok()) << what << ": " << s.message;
+  if (!s.ok()) return;
+  const std::vector<S> values = Values<S>(out[0]);
+  const std::vector<typename Ix::I> indices = Values<typename Ix::I>(out[1]);
+  CHECK(static_cast<int64_t>(indices.size()) == capacity) << what << ": indices shape";
+  if (static_cast<int64_t>(indices.size()) != capacity) return;
+  const std::vector<int64_t> ref = RefSelectBuckets<Tr>(
+      g, Tr::ToDouble(Tr::FromDouble(threshold)),
+      tfcomp::sparse::HashFromSeed(static_cast<uint64_t>(seed0), static_cast<uint64_t>(seed1)),
+      capacity, kBucketSize);
+  for (int64_t j = 0; j < capacity; ++j) {
+    CHECK(indices[j] == ref[j]) << what << ": slot " << j << " holds index " << indices[j]
+                                << ", the reference " << ref[j];
+    const uint64_t want = ref[j] >= 0 ? Bits(g[ref[j]]) : 0;
+    CHECK(Bits(values[j]) == want) << what << ": slot " << j << " value bits";
+  }
 }
 
 struct SelectRun {
@@ -712,6 +778,21 @@ void TestDtypeIndex(SparseGraph& graph, std::mt19937_64& rng) {
     });
   }
   Case("select/" + prefix + "/collisions", [&] { TestSelectCollisions<Tr, Ix>(graph, rng); });
+  Case("select/" + prefix + "/buckets of " + std::to_string(kBucketSize), [&] {
+    for (int64_t n : kSizes) {
+      for (bool specials : {false, true}) {
+        const auto g = MakeG<Tr>(n, specials, rng);
+        for (const Threshold& th : kThresholds) {
+          for (int64_t capacity : kBucketCapacities) {
+            CheckBucketSelect<Tr, Ix>(graph, g, th.value, capacity, 3, capacity,
+                                      std::string(specials ? "nan/inf, " : "") + "n " +
+                                          std::to_string(n) + ", threshold " + th.name +
+                                          ", capacity " + std::to_string(capacity));
+          }
+        }
+      }
+    }
+  });
   Case("decode/" + prefix + "/round trip", [&] {
     // Decoding one HashSelect output gives g at the selected indices, 0 elsewhere.
     const int64_t n = 5000, capacity = 1024;
