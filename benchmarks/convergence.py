@@ -184,7 +184,7 @@ def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, 
     seeds = FLAGS.seeds or task.seeds
     runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance,
                        workers=FLAGS.workers, epochs_scale=FLAGS.epochs_scale,
-                       evals_per_epoch=FLAGS.evals_per_epoch or None)
+                       evals_per_epoch=FLAGS.evals_per_epoch)
             for seed in range(1, seeds + 1)]
     reached = sorted(r["steps_to_target"] if r["steps_to_target"] is not None else math.inf for r in runs)
     median = statistics.median(reached)

@@ -52,7 +52,7 @@ class Task:
     seeds: int = 3  # runs per configuration (model initialisation and data order)
     batch_per_worker: int = 32
     # Held-out evaluations per epoch, the resolution of steps to target: every 2 of the digits
-    # tasks' 22 steps per epoch on 2 workers (dense reaches their targets at steps 44-88, so
+    # tasks' 22 steps per epoch on 2 workers (dense reaches their targets at steps 44-62, so
     # 1.3x dense falls between two evaluations 5% apart), every 8 of the language model's 64.
     evals_per_epoch: int = 11
 
@@ -94,11 +94,11 @@ OPTIMIZERS = ("sgd_momentum", "adam")
 
 
 def train_seed(task, optimizer_name, factory, seed, learning_rate=None, warmup_epochs=0, frozen_variance=False, *,
-               workers=2, epochs_scale=1.0, evals_per_epoch=None):
+               workers=2, epochs_scale=1.0, evals_per_epoch=0):
     """One run of a task on `workers` emulated workers, every eligible tensor compressed by
     factory() (None: dense) after warmup_epochs of dense training: its held-out curve, final
-    accuracy and steps to the task's target, evaluated evals_per_epoch times per epoch (None:
-    the task's own)."""
+    accuracy and steps to the task's target, evaluated evals_per_epoch times per epoch (0: the
+    task's own)."""
     data = task.load()
     epochs = max(1, round(task.epochs * epochs_scale))
     steps_per_epoch = len(data[0][0]) // (task.batch_per_worker * workers)

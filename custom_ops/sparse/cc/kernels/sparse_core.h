@@ -103,6 +103,12 @@ TFCOMP_HOST_DEVICE inline int64_t BucketStart(HashParams h, uint64_t i, int64_t 
   return HashSlot(h, i, buckets) * bucket_size;
 }
 
+// One past the last slot of the bucket that starts at `start` (the last bucket
+// of m slots may be shorter).
+TFCOMP_HOST_DEVICE inline int64_t BucketEnd(int64_t start, int64_t bucket_size, int64_t m) {
+  return start + bucket_size < m ? start + bucket_size : m;
+}
+
 // Inserts claim into the bucket of slots [begin, end): fetch_max(slot, c) sets
 // the slot to the larger of its claim and c and returns the claim it held
 // before (an atomic max on several threads). The smaller of the two moves on.

@@ -92,8 +92,8 @@ __global__ void HashSelectKernel(const T* __restrict__ g, int64_t n,
       const Acc<T> magnitude = AbsValue(values.v[e]);
       if (Selected(magnitude, t)) {
         const int64_t begin = BucketStart(hash, static_cast<uint64_t>(i), buckets, bucket_size);
-        const int64_t end = begin + bucket_size < capacity ? begin + bucket_size : capacity;
-        InsertClaim(SlotClaim(magnitude, i), begin, end, fetch_max);
+        InsertClaim(SlotClaim(magnitude, i), begin, BucketEnd(begin, bucket_size, capacity),
+                    fetch_max);
       }
     }
   }

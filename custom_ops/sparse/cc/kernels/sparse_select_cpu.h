@@ -42,7 +42,7 @@ struct Slots {
   // Claims the bucket whose first slot is `slot`.
   void ClaimSlot(int64_t slot, int64_t i, T value) const {
     uint64_t claim = sparse::SlotClaim(AbsValue(value), i);
-    const int64_t end = slot + bucket_size < capacity ? slot + bucket_size : capacity;
+    const int64_t end = sparse::BucketEnd(slot, bucket_size, capacity);
     if (values != nullptr) {
       for (; slot < end && claim != 0; ++slot) {
         if (claim > claims[slot]) {
