@@ -48,6 +48,10 @@ flags.DEFINE_list("links", ["unlimited", "1gbit"], "Each worker's link: 'unlimit
 flags.DEFINE_bool("shared_loopback", False, "Instead of a cluster, run all workers on one namespace's "
                   "loopback shaped to the rate: all workers and both directions share one budget, unlike a "
                   "network. Kept for comparison with the main job; recorded as link_mode=shared_loopback.")
+flags.DEFINE_bool("pin_cores", True, "Run each worker of a cluster on CPU cores of its own (taskset), as "
+                  "workers on separate machines would, when there are at least as many cores as workers; "
+                  "otherwise they share them. Unpinned workers on one machine each start thread pools "
+                  "sized for all its cores and contend. Recorded per run as worker_cores.")
 flags.DEFINE_integer("steps", 300, "Training steps per run.", lower_bound=2)
 flags.DEFINE_integer("warmup", 20, "Steps not timed.", lower_bound=1)
 flags.DEFINE_integer("eval_every", 50, "Steps between test-accuracy evaluations.", lower_bound=1)
@@ -151,7 +155,7 @@ def grid():
 def _cluster(workers, link):
     if FLAGS.shared_loopback:
         return emulated_link(_rate(link) or "100gbit")
-    return netns_cluster.emulated_cluster(workers, _rate(link))
+    return netns_cluster.emulated_cluster(workers, _rate(link), pin_cores=FLAGS.pin_cores)
 
 
 def main(argv):
@@ -210,7 +214,8 @@ def main(argv):
                     if key in done:
                         continue
                     record = dict(zip(("model", "size", "compression", "engine", "workers", "link", "link_mode"),
-                                      key), probe=measured, bfc_allocator=FLAGS.bfc_allocator)
+                                      key), probe=measured, bfc_allocator=FLAGS.bfc_allocator,
+                                  worker_cores=[list(c) for c in getattr(cluster, "cores", ())])
                     before = launcher.link_stats()
                     started = time.monotonic()
                     spec = registry.MODELS[model]

@@ -4,6 +4,7 @@ plots per model, engine and worker count: speed-up over dense against link
 bandwidth (per step and to the target accuracy, with the crossover where
 compression stops paying), stacked phase times per compressor, and test
 accuracy against training wall time."""
+import json
 import math
 
 import matplotlib
@@ -113,6 +114,7 @@ def markdown(records, fraction):
         target = goals.get((model, size))
         lines += [f"## {model} ({size}), {engine}, {workers} workers ({mode.replace('_', ' ')})", "",
                   f"Target accuracy: {_fmt(target, '.3f')}" if target is not None else _no_target(runs), "",
+                  _cores_line(runs), "",
                   "| link | compression | ms/step (p10–p90) | step speed-up | sent/dense | time to target s "
                   "| speed-up to target | final accuracy | fwd+bwd / compress / communicate / decompress ms |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -139,6 +141,19 @@ def markdown(records, fraction):
                          f"| {p['allreduce']['alpha_us']:.0f} | {p['allgather']['gbps']:.3f} "
                          f"| {p['allgather']['alpha_us']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def _cores_line(runs):
+    """Where the group's workers ran: each on cores of its own (e2e --pin_cores), or sharing them."""
+    placements = {json.dumps(r.get("worker_cores")) for r in runs}
+    if len(placements) != 1:
+        return "Workers' cores: differ between runs (see worker_cores in runs.jsonl)."
+    cores = runs[0].get("worker_cores")
+    if cores is None:
+        return "Workers' cores: not recorded (runs from before --pin_cores: the workers shared every core)."
+    if not cores:
+        return "Workers' cores: shared (not pinned)."
+    return "Workers' cores: " + ", ".join(f"worker {w} on {','.join(map(str, c))}" for w, c in enumerate(cores)) + "."
 
 
 def crossover(points):

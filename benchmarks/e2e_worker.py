@@ -10,6 +10,7 @@ Of main_job_worker's flags, --out, --model, --size, --engine, --compression,
 apply. The optimizer is the model's (SGD with momentum 0.9, or Adam for the encoder).
 """
 import json
+import os
 import statistics
 import time
 
@@ -94,6 +95,7 @@ def main(argv):
         "step_ms_p90": percentile(0.9),
         "bytes_per_step": payload_bytes(model.trainable_variables) if payload_bytes else dense_bytes,
         "dense_bytes": dense_bytes, "gradient_tensors": len(model.trainable_variables),
+        "cpus": sorted(os.sched_getaffinity(0)),
         "phases_s": phase_medians(timeline) if timeline else None,
         "curve": evaluator.curve, "final_accuracy": evaluator.curve[-1][2] if evaluator.curve else None,
         **(auto_result(auto, timer.times) if auto is not None else {})}))

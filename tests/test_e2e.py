@@ -52,6 +52,11 @@ def test_tiny_grid_runs_resumes_and_cleans_up(tmp_path):
         assert r["link_worker0"]["sent_bytes"] >= 30 * r["bytes_per_step"]  # each step's payload, at least
         assert 0.3 < r["probe"]["allreduce"]["gbps"] < 0.6  # the link it actually got (burst included)
         assert r["step_ms_p10"] <= r["step_ms"] <= r["step_ms_p90"]
+        # --pin_cores (the default): worker 0 ran on the cores the cluster gave it, apart from worker 1's
+        # (on a machine of one core both share it).
+        cores = [list(c) for c in netns_cluster.disjoint_cores(2)]
+        assert r["worker_cores"] == cores
+        assert r["cpus"] == (cores[0] if cores else sorted(os.sched_getaffinity(0)))
         assert [step for _, step, _ in r["curve"]] == [10, 20, 30]
         assert r["final_accuracy"] > 0.5  # digits, 10 classes: chance is 0.1
         assert r["phases_s"]["communicate"] > 0 and r["phases_s"]["forward_backward"] > 0

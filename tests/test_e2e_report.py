@@ -119,3 +119,16 @@ def test_a_crossover_one_grid_step_off_agrees_and_two_do_not():
     assert not e2e_validation.within_one_grid_step(found(3.0))
     assert not e2e_validation.within_one_grid_step(found(None))
     assert e2e_validation.within_one_grid_step({"measured": None, "predicted": None, "grid_gbps": grid_gbps})
+
+
+def test_the_report_says_where_the_workers_ran():
+    records = grid()
+    assert "Workers' cores: not recorded" in e2e_report.markdown(records, 0.95)
+    for r in records:
+        r["worker_cores"] = [[0], [1]]
+    assert "Workers' cores: worker 0 on 0, worker 1 on 1." in e2e_report.markdown(records, 0.95)
+    records[0]["worker_cores"] = []
+    assert "Workers' cores: differ between runs" in e2e_report.markdown(records, 0.95)
+    for r in records:
+        r["worker_cores"] = []
+    assert "Workers' cores: shared (not pinned)." in e2e_report.markdown(records, 0.95)

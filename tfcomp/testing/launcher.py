@@ -9,13 +9,14 @@ from tfcomp.testing.local_cluster import run_workers
 
 class Launcher:
     """Runs `python -m module --out=... args --engine=E` as `workers` processes, env
-    added to their environment."""
+    added to their environment (after the cluster's worker_env)."""
 
     def __init__(self, engine, workers, cluster=None, prefix=(), timeout_s=900, stop_on_failure_s=20, env=None):
         if engine not in ("tf.distribute", "horovod"):
             raise ValueError(f"engine must be tf.distribute or horovod, got {engine!r}")
         self.engine, self.workers, self.cluster, self.prefix = engine, workers, cluster, tuple(prefix)
-        self.timeout_s, self.stop_on_failure_s, self.env = timeout_s, stop_on_failure_s, dict(env or {})
+        self.timeout_s, self.stop_on_failure_s = timeout_s, stop_on_failure_s
+        self.env = {**(cluster.worker_env if cluster is not None else {}), **(env or {})}
 
     def link_stats(self, before=None):
         """Worker 0's device: its qdisc and rate, and bytes sent and packets dropped

@@ -41,10 +41,23 @@ class Cluster:
     worker_hosts: tuple  # each worker's address
     launcher_host: str  # the launcher's address, reachable from every worker
     rate: object  # tc rate of each worker's link ("1gbit"), or None: unshaped
+    cores: tuple = ()  # each worker's CPU cores (a tuple of ints), or () when workers are not pinned
 
     def prefix(self, worker):
-        """The command prefix that runs a process as this worker."""
-        return ("ip", "netns", "exec", self.worker_namespace(worker))
+        """The command prefix that runs a process as this worker (on its cores, when pinned)."""
+        netns = ("ip", "netns", "exec", self.worker_namespace(worker))
+        if not self.cores:
+            return netns
+        return (*netns, "taskset", "--cpu-list", ",".join(str(c) for c in self.cores[worker]))
+
+    @property
+    def worker_env(self):
+        """Environment a pinned worker runs with: TensorFlow sizes its inter-op pool by the
+        cores it may use, and with one it runs a step's ops one at a time, so a collective
+        cannot wait while compute goes on, and the Timeline's timestamps run late."""
+        if not self.cores:
+            return {}
+        return {"TF_NUM_INTEROP_THREADS": str(max(2, len(self.cores[0])))}
 
     def worker_namespace(self, worker):
         return f"{self.name}-w{worker}"
@@ -102,10 +115,24 @@ def _shape(namespace, device, rate):
          "rate", rate, "burst", BURST, "latency", LATENCY)
 
 
+def disjoint_cores(num_workers, available=None):
+    """Each worker's share of this process's CPU cores, as equal disjoint runs of
+    consecutive cores, or () when there are fewer cores than workers."""
+    available = sorted(os.sched_getaffinity(0) if available is None else available)
+    if num_workers < 1 or len(available) < num_workers:
+        return ()
+    share = len(available) // num_workers
+    return tuple(tuple(available[w * share:(w + 1) * share]) for w in range(num_workers))
+
+
 @contextlib.contextmanager
-def emulated_cluster(num_workers, rate=None):
+def emulated_cluster(num_workers, rate=None, pin_cores=False):
     """Yields a Cluster of num_workers namespaces, each link shaped to rate (tc
-    notation: "1gbit", "500mbit") or unshaped (None); removed on exit."""
+    notation: "1gbit", "500mbit") or unshaped (None); removed on exit.
+
+    pin_cores runs each worker on cores of its own (disjoint_cores), as workers on
+    separate machines would; with fewer cores than workers they share them all
+    (Cluster.cores is then ())."""
     if os.geteuid() != 0:
         raise PermissionError("emulating a cluster needs root (network namespaces, veth, tc)")
     if num_workers < 1:
@@ -114,7 +141,7 @@ def emulated_cluster(num_workers, rate=None):
     name = f"tfc{tag}"
     net = _subnet()
     hosts = [str(net[i + 1]) for i in range(num_workers)]
-    cluster = Cluster(name, tuple(hosts), str(net[254]), rate)
+    cluster = Cluster(name, tuple(hosts), str(net[254]), rate, disjoint_cores(num_workers) if pin_cores else ())
     created = []
     try:
         bridge = cluster.bridge_namespace
