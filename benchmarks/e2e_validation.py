@@ -32,6 +32,17 @@ def summary(table):
     return statistics.median(errors), max(errors)
 
 
+def _by_model(table):
+    """A line per model of a grid of several: its runs' median and max |error|."""
+    models = {}
+    for r in table:
+        models.setdefault(f"{r['model']} ({r['size']})", []).append(r)
+    if len(models) < 2:
+        return []
+    return [f"- {model}, {len(runs)} runs: median |error| {100 * summary(runs)[0]:.1f}%, "
+            f"max {100 * summary(runs)[1]:.1f}%." for model, runs in models.items()] + [""]
+
+
 def crossovers(table, crossover):
     """Per (model, size, engine, workers, compression): the bandwidths where the measured
     and the predicted speed-up over dense cross 1 (crossover: [(Gbit/s, speed-up)] ->
@@ -76,6 +87,7 @@ def markdown(records, crossover):
              "before the compressed runs: the dense run's Timeline trace, the cluster's link probe, and each "
              "compressor's encode and decode times measured on the workers (`profiles/`).", "",
              f"Over {len(table)} runs: median |error| {100 * median:.1f}%, max {100 * worst:.1f}%.", "",
+             *_by_model(table),
              "| model | engine | workers | link | compression | measured ms | predicted ms | error |",
              "|---|---|---|---|---|---|---|---|"]
     for r in table:

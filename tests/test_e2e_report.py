@@ -132,3 +132,13 @@ def test_the_report_says_where_the_workers_ran():
     for r in records:
         r["worker_cores"] = []
     assert "Workers' cores: shared (not pinned)." in e2e_report.markdown(records, 0.95)
+
+
+def test_a_grid_of_several_models_summarises_each():
+    records = [_predicted(r, p) for r, p in zip(grid(), (110.0, 40.0, 22.0, 44.0))]  # +10%, 0%, +10%, +10%
+    assert "- xml (small)" not in "\n".join(e2e_validation.markdown(records, e2e_report.crossover))
+    for r in records[2:]:
+        r["model"] = "resnet50"
+    text = "\n".join(e2e_validation.markdown(records, e2e_report.crossover))
+    assert "- xml (small), 2 runs: median |error| 5.0%, max 10.0%." in text
+    assert "- resnet50 (small), 2 runs: median |error| 10.0%, max 10.0%." in text
