@@ -317,3 +317,35 @@ def test_the_command_line_runs_without_tensorflow(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
                           env=env)
     assert done.returncode == 0, done.stderr
+
+
+def _with_settings_in_names(profile, **renames):
+    """profile with its compressors renamed as benchmarks.e2e names them ('PowerSGD:rank=4')."""
+    compressors = {renames.get(k, k): dataclasses.replace(c, name=renames.get(k, k)) for k, c in profile.compressors.items()}
+    return dataclasses.replace(profile, compressors=compressors)
+
+
+def test_a_compressor_named_without_its_settings_is_its_one_measured_variant(tmp_path):
+    path = tmp_path / "profile.json"
+    profile = _with_settings_in_names(synthetic_profile(), PowerSGD="PowerSGD:rank=4", TopK="TopK:ratio=0.01")
+    profile.save(path)
+    bare = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD,TopK", "--json")
+    full = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD:rank=4,TopK:ratio=0.01",
+                   "--json")
+    assert bare[0] == 0 and bare == full
+    assert set(json.loads(bare[1])["results"]) == {"dense", "PowerSGD:rank=4", "TopK:ratio=0.01"}
+    twice = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD,PowerSGD:rank=4")
+    assert twice[0] == 1 and "named twice" in twice[2]
+
+
+def test_a_bare_name_with_two_measured_variants_is_an_error_listing_them(tmp_path):
+    path = tmp_path / "profile.json"
+    profile = synthetic_profile()
+    profile = dataclasses.replace(profile, compressors={
+        **profile.compressors, "PowerSGD:rank=4": dataclasses.replace(profile.compressors["PowerSGD"], name="PowerSGD:rank=4"),
+        "PowerSGD:rank=8": dataclasses.replace(profile.compressors["PowerSGD"], name="PowerSGD:rank=8")})
+    del profile.compressors["PowerSGD"]
+    profile.save(path)
+    status, out, err = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD")
+    assert status == 1 and not out
+    assert "has no compressor 'PowerSGD'" in err and "PowerSGD:rank=4, PowerSGD:rank=8" in err

@@ -96,15 +96,26 @@ def parse_list(values, flag, parse, what):
     return out
 
 
+def resolve_compressor(profile, name):
+    """The profile's key for name: name itself, or the one measured variant of a compressor
+    named without its settings ('PowerSGD' for 'PowerSGD:rank=4'); None when neither."""
+    if name in profile.compressors:
+        return name
+    variants = [key for key in profile.compressors if key.split(":", 1)[0] == name]
+    return variants[0] if len(variants) == 1 else None
+
+
 def check_compressors(profile, names):
-    """names, each one the profile has measured, or a UsageError listing the ones it has."""
-    unknown = [n for n in names if n not in profile.compressors]
+    """names, each one the profile has measured (a bare compressor name standing for its one
+    measured variant), or a UsageError listing the ones it has."""
+    resolved = [resolve_compressor(profile, n) for n in names]
+    unknown = [n for n, key in zip(names, resolved) if key is None]
     if unknown:
         raise app.UsageError(f"the profile has no compressor {', '.join(map(repr, unknown))} "
                              f"(it has: {', '.join(sorted(profile.compressors)) or 'none'})")
-    if len(set(names)) != len(names):
+    if len(set(resolved)) != len(resolved):
         raise app.UsageError(f"a compressor is named twice: {', '.join(names)}")
-    return list(names)
+    return resolved
 
 
 def links(profile, bandwidth_gbps=None, latency_us=None):

@@ -16,7 +16,8 @@ def define_flags(fv):
     opts.define_profile_flag(fv)
     flags.DEFINE_integer("workers", None, "Required. Number of workers (an integer >= 1).", flag_values=fv)
     flags.DEFINE_list("candidates", None,
-                      "Compressors the plan may use, comma-separated, each one the profile has measured; "
+                      "Compressors the plan may use, comma-separated, each one the profile has measured (a name "
+                      "without settings stands for the one variant measured); "
                       "default: every one it has.", flag_values=fv)
     flags.DEFINE_float("bandwidth_gbps", None,
                        "Bandwidth of every collective in Gbit/s, replacing the profile's measured ones; "

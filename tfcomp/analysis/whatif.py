@@ -31,7 +31,8 @@ def define_flags(fv):
     flags.DEFINE_list("workers", [str(w) for w in DEFAULT_WORKERS],
                       "Worker counts to sweep, comma-separated integers >= 1.", flag_values=fv)
     flags.DEFINE_list("compressors", None,
-                      "Compressors to compare with dense, comma-separated; default: every one the profile has "
+                      "Compressors to compare with dense, comma-separated (a name without settings stands for the "
+                      "one variant measured); default: every one the profile has "
                       "measured.", flag_values=fv)
     flags.DEFINE_list("compute_speedups", ["1"],
                       "Accelerators this many times faster, comma-separated, each > 0 (Zhang et al.'s what-if): "
