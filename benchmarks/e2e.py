@@ -14,9 +14,11 @@ already there are skipped); OUTPUT/e2e.md and the PNG plots are rewritten from
 that file after every run. Namespaces and worker processes are removed on exit,
 also after Ctrl-C or a failed worker.
 """
+import gzip
 import json
 import pathlib
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -131,18 +133,33 @@ def record_profile(launcher, work_dir, model, measured, path):
         raise app.UsageError("--predict needs the link probe (drop --noprobe)")
     probe_path = work_dir / "probe.json"
     probe_path.write_text(json.dumps({"workers": launcher.workers, **{k: v["samples"] for k, v in measured.items()}}))
-    return prediction.record_profile(launcher, dense_trace(launcher.engine, work_dir, model), FLAGS.compressors,
-                                     path, work_dir / f"{model}-profile", f"{model} ({FLAGS.size})",
-                                     link_probe=probe_path, sgd_momentum=registry.MODELS[model].sgd_momentum)
+    traces = dense_traces(launcher.engine, work_dir, model, launcher.workers)
+    saved = prediction.record_profile(launcher, traces[0], FLAGS.compressors, path, work_dir / f"{model}-profile",
+                                      f"{model} ({FLAGS.size})", link_probe=probe_path,
+                                      sgd_momentum=registry.MODELS[model].sgd_momentum)
+    keep_traces(traces, path)
+    return saved
 
 
-def dense_trace(engine, work_dir, model):
-    """Worker 0's Timeline trace of a model's dense run. e2e_worker records it beside its
-    --out: worker0.json for tf.distribute, the run's directory for Horovod's ranks."""
+def dense_traces(engine, work_dir, model, workers):
+    """Every worker's Timeline trace of a model's dense run, worker 0's first. e2e_worker
+    records them beside its --out: WORKER.json for tf.distribute, the run's directory for
+    Horovod's ranks."""
     run = work_dir / f"{model}-none"
     if engine == "horovod":
-        return run.parent / f"{run.name}.timeline" / "rank0.trace.json"
-    return run / "worker0.json.timeline" / "worker0.trace.json"
+        return [run.parent / f"{run.name}.timeline" / f"rank{r}.trace.json" for r in range(workers)]
+    return [run / f"worker{w}.json.timeline" / f"worker{w}.trace.json" for w in range(workers)]
+
+
+def keep_traces(traces, profile_path):
+    """The traces a profile was made from, gzipped beside it (PROFILE.WORKER.trace.json.gz), so
+    that a change to how profiles are read from traces can be checked on the grid's own runs
+    (tfcomp.analysis.from_timeline reads them as they are)."""
+    for trace in traces:
+        if trace.exists():
+            target = profile_path.with_name(f"{profile_path.stem}.{trace.name}.gz")
+            with open(trace, "rb") as src, gzip.open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
 
 
 def grid():

@@ -19,9 +19,11 @@ predicts it once from its cluster's profile with this tfcomp.analysis, and gives
 Writes OUTPUT/NAME.md and OUTPUT/NAME.png (predicted against measured, the runs'
 range as error bars). No TensorFlow in this process.
 """
+import dataclasses
 import json
 import pathlib
 import statistics
+import tempfile
 
 import matplotlib
 
@@ -30,6 +32,7 @@ import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
 from benchmarks import compression_specs, e2e_validation, prediction  # pylint: disable=wrong-import-position
+from tfcomp.analysis.profile import Profile  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 
@@ -43,7 +46,12 @@ def define_flags():
                         "ENGINE-<workers>w-<link>-<model>.json (benchmarks.e2e --predict).")
     flags.DEFINE_string("output", "benchmarks/results/prediction_repeats", "Directory for NAME.md and NAME.png.")
     flags.DEFINE_string("name", "prediction_repeats", "Base name of the report files.")
-    flags.DEFINE_integer("min_runs", 2, "Configurations measured fewer times are left out.", lower_bound=2)
+    flags.DEFINE_integer("min_runs", 2, "Configurations measured fewer times are left out (1: every "
+                         "configuration, for one grid's runs with --model_from_link).", lower_bound=1)
+    flags.DEFINE_string("model_from_link", None, "Predict every run from the model profile (forward, backward, apply, "
+                        "gradients) recorded on the cluster of this link (e.g. 'unlimited'), with its own cluster's "
+                        "link, vector-add and codec measurements: the what-if use, one model profile for every "
+                        "link. Default: each cluster's own profile, as benchmarks.e2e predicts.")
 
 
 KEY = ("model", "size", "engine", "workers", "link", "compression")
@@ -77,6 +85,14 @@ def measured_configurations(records, min_runs):
 def profile_path(profiles, key):
     model, _, engine, workers, link, _ = key
     return pathlib.Path(profiles) / f"{engine}-{workers}w-{link}-{model}.json"
+
+
+def with_model_from(path, model_path, scratch):
+    """A profile file in scratch: path's profile with its model replaced by model_path's."""
+    combined = dataclasses.replace(Profile.load(path), model=Profile.load(model_path).model)
+    out = pathlib.Path(scratch) / pathlib.Path(path).name
+    combined.save(out)
+    return out
 
 
 def rows(configurations, predict):
@@ -166,21 +182,29 @@ def main(argv):
                for line in path.read_text().splitlines() if line.strip()]
     configurations = measured_configurations(records, FLAGS.min_runs)
 
+    scratch = tempfile.TemporaryDirectory()
+
     def predict(key):
         path = profile_path(FLAGS.profiles, key)
         if not path.exists():
             return None
+        if FLAGS.model_from_link:
+            model_path = profile_path(FLAGS.profiles, key[:4] + (FLAGS.model_from_link,) + key[5:])
+            if not model_path.exists():
+                raise app.UsageError(f"--model_from_link={FLAGS.model_from_link}: no profile {model_path}")
+            path = with_model_from(path, model_path, scratch.name)
         return prediction.predicted_step_ms(path, key[2], key[3], key[5], prediction.burst_bytes(key[4]))
 
-    table = rows(configurations, predict)
+    with scratch:
+        table = rows(configurations, predict)
     if not table:
         raise app.UsageError(f"no configuration was measured {FLAGS.min_runs} times or more with a profile in "
                              f"{FLAGS.profiles}")
     out = pathlib.Path(FLAGS.output)
     out.mkdir(parents=True, exist_ok=True)
     command = ("python -m benchmarks.prediction_repeats " +
-               " ".join(f"--{f}={FLAGS[f].serialize().split('=', 1)[1]}" for f in ("runs", "profiles", "output",
-                                                                                     "name", "min_runs")))
+               " ".join(filter(None, (FLAGS[f].serialize() for f in ("runs", "profiles", "output", "name", "min_runs",
+                                                                      "model_from_link")))))
     (out / f"{FLAGS.name}.md").write_text(markdown(table, command))
     plot(out / f"{FLAGS.name}.png", table)
     for name, (median, worst) in summary(table).items():

@@ -1,5 +1,6 @@
 """A model profile from a Timeline trace: forward, backward and apply per step, each
 gradient's ready time from the backward pass's start, medians over the steps."""
+import gzip
 import json
 
 import pytest
@@ -53,9 +54,15 @@ def test_a_file_is_read_and_bad_traces_are_refused(tmp_path):
     path = tmp_path / "worker0.trace.json"
     trace.write(path, [_step(3, 5.0, 0.01, 0.02, 0.001, [0.0, 0.01, 0.02], SIZES)], 0, "worker0")
     assert from_timeline.model_profile(path).total_bytes == 4096 + 64 + (1 << 20)
+    zipped = tmp_path / "worker0.trace.json.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    assert from_timeline.model_profile(zipped) == from_timeline.model_profile(path)
     path.write_text("{")
     with pytest.raises(ValueError, match="not a Timeline trace"):
         from_timeline.model_profile(path)
+    zipped.write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match="worker0.trace.json.gz: not a Timeline trace"):
+        from_timeline.model_profile(zipped)
     with pytest.raises(ValueError, match="no traceEvents"):
         from_timeline.model_profile({"events": []})
     with pytest.raises(ValueError, match="no step with a forward-backward phase"):

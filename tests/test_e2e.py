@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tfcomp.analysis import from_timeline
 from tfcomp.analysis.profile import Profile
 from tfcomp.testing import netns_cluster
 from tfcomp.testing.local_cluster import ROOT
@@ -37,6 +38,11 @@ def test_tiny_grid_runs_resumes_and_cleans_up(tmp_path):
     profile = Profile.load(tmp_path / "profiles" / "tf.distribute-2w-500mbit-digits_mlp.json")
     assert len(profile.model.gradients) == 6 and 0.3 < 8 * profile.allreduce.bandwidth_bytes_per_s / 1e9 < 0.6
     assert records(tmp_path)[0]["predicted_step_ms"] > 0
+    # Every worker's dense trace is kept beside the profile, and worker 0's gives back its model.
+    kept = sorted(p.name for p in (tmp_path / "profiles").glob("*.trace.json.gz"))
+    assert kept == [f"tf.distribute-2w-500mbit-digits_mlp.worker{w}.trace.json.gz" for w in range(2)]
+    again = from_timeline.model_profile(tmp_path / "profiles" / kept[0], name=profile.model.name)
+    assert again.ready_at_backward_end() == profile.model
     assert "Predicted against measured step time" in (tmp_path / "e2e.md").read_text()
     # The grid grows by a compressor, as a grid interrupted after its first run would be resumed.
     second = e2e(tmp_path, "--compressors=none,FP16", "--links=500mbit")

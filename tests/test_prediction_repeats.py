@@ -1,10 +1,14 @@
 """benchmarks.prediction_repeats: predictions against the median of repeated runs,
 and the runs' own repeatability."""
+import dataclasses
 import json
 
 import pytest
 
 from benchmarks import prediction_repeats
+from tfcomp.analysis.costs import Link
+from tfcomp.analysis.profile import Profile
+from tfcomp.analysis.synthetic import synthetic_profile
 
 
 def record(compression, step_ms, link="1gbit", status="ok"):
@@ -54,3 +58,17 @@ def test_runs_files_reads_a_plan_regret_output_with_its_repeats(tmp_path):
         "grid/runs.jsonl", "grid/repeat2/runs.jsonl", "grid/repeat3/runs.jsonl", "single.jsonl"]
     with pytest.raises(FileNotFoundError, match="no runs at"):
         prediction_repeats.runs_files([str(tmp_path / "missing")])
+
+
+def test_with_model_from_takes_the_model_of_one_profile_and_the_rest_of_another(tmp_path):
+    own = dataclasses.replace(synthetic_profile(), allreduce=Link(1e-4, 1.25e7))  # a 100 Mbit/s cluster
+    other_model = dataclasses.replace(synthetic_profile().model, forward_s=0.5, name="unshaped cluster's")
+    own.save(tmp_path / "own.json")
+    dataclasses.replace(synthetic_profile(), model=other_model).save(tmp_path / "unshaped.json")
+    (tmp_path / "scratch").mkdir()
+    combined = Profile.load(prediction_repeats.with_model_from(tmp_path / "own.json", tmp_path / "unshaped.json",
+                                                               tmp_path / "scratch"))
+    assert combined.model == other_model
+    saved, kept = combined.to_dict(), own.to_dict()
+    assert saved["model"]["forward_s"] == 0.5
+    assert {k: v for k, v in saved.items() if k != "model"} == {k: v for k, v in kept.items() if k != "model"}

@@ -11,6 +11,7 @@ time between consecutive steps: Keras' own per-step work), is counted in forward
 so that a predicted step time is a measured one's. The profile keeps the median
 of each over the recorded steps, so one slow step does not set it.
 """
+import gzip
 import json
 import statistics
 
@@ -62,13 +63,15 @@ def _between_steps_s(steps):
 
 
 def model_profile(trace, name=None):
-    """ModelProfile from a Timeline trace: a path to WORKER.trace.json or its parsed JSON."""
+    """ModelProfile from a Timeline trace: a path to WORKER.trace.json (or that file gzipped,
+    WORKER.trace.json.gz, as benchmarks.e2e keeps them) or its parsed JSON."""
     if not isinstance(trace, dict):
-        with open(trace, encoding="utf-8") as f:
+        opener = gzip.open if str(trace).endswith(".gz") else open
+        with opener(trace, "rt", encoding="utf-8") as f:
             try:
                 trace = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{f.name}: not a Timeline trace ({e})") from None
+            except (json.JSONDecodeError, OSError, EOFError) as e:
+                raise ValueError(f"{trace}: not a Timeline trace ({e})") from None
     if not isinstance(trace.get("traceEvents"), list):
         raise ValueError("not a Timeline trace: no traceEvents (write one with tfcomp.callbacks.Timeline)")
     recorded = _steps(trace["traceEvents"])
