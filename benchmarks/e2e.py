@@ -75,7 +75,8 @@ flags.DEFINE_bool("repredict", False, "With --report_only: first predict every r
 flags.DEFINE_bool("bfc_allocator", True, BFC_ALLOCATOR_HELP)
 flags.DEFINE_bool("predict", False, "After each model's dense run on a cluster, record a tfcomp.analysis profile "
                   "there (the dense run's Timeline trace, the cluster's probe, every compressor of the grid "
-                  "measured on the workers; saved as OUTPUT/profiles/*.json) and record each run's predicted "
+                  "measured on the workers; saved as OUTPUT/profiles/*.json, with every worker's dense trace "
+                  "beside it as *.WORKER.trace.json.gz) and record each run's predicted "
                   "step time beside the measured one. Needs --timeline_steps > 0 and 'none' before the "
                   "compressors.")
 flags.DEFINE_integer("timeout_s", 900, "Per-run limit; workers still running then are killed.", lower_bound=10)
