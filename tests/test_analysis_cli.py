@@ -319,6 +319,22 @@ def test_the_command_line_runs_without_tensorflow(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_predict_imports_neither_numpy_nor_absl_app(tmp_path):
+    """What keeps `python -m tfcomp.analysis predict` under 100 ms as a fresh process on the
+    2-core session machine (numpy's import alone took about 60 ms there, absl.app's 20 ms)."""
+    missing = tmp_path / "missing.json"
+    code = ("import sys\n"
+            "from tfcomp.analysis import cli\n"
+            f"assert cli.main(['x', 'predict', '--profile={SYNTHETIC}', '--workers=8', '--compressor=TopK']) == 0\n"
+            f"assert cli.main(['x', 'predict', '--profile={missing}', '--workers=8']) == 1\n"
+            "loaded = [m for m in ('numpy', 'absl.app', 'matplotlib', 'tensorflow') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+
+
 def _with_settings_in_names(profile, **renames):
     """profile with its compressors renamed as benchmarks.e2e names them ('PowerSGD:rank=4')."""
     compressors = {renames.get(k, k): dataclasses.replace(c, name=renames.get(k, k)) for k, c in profile.compressors.items()}

@@ -7,23 +7,29 @@ Each subcommand parses its own absl FlagValues, made afresh at every call, so it
 user's mistake (a bad flag, an unreadable profile, an unknown compressor) ends in
 one line on stderr and exit status 1, without a traceback.
 """
+import importlib
 import sys
 import textwrap
 
-from absl import app, flags
+from absl import flags
 
-from tfcomp.analysis import plan_command, predict, profile_command, whatif
+from tfcomp.analysis import cli_options as opts
 
 PROGRAM = "python -m tfcomp.analysis"
-SUBCOMMANDS = {"profile": profile_command, "predict": predict, "whatif": whatif, "plan": plan_command}
+# Imported when used: predict needs neither numpy (whatif's sweeps) nor the planner.
+SUBCOMMANDS = {"profile": "profile_command", "predict": "predict", "whatif": "whatif", "plan": "plan_command"}
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 USER_ERROR = 1
+
+
+def subcommand_module(subcommand):
+    return importlib.import_module(f"tfcomp.analysis.{SUBCOMMANDS[subcommand]}")
 
 
 def flag_values(subcommand):
     """A fresh FlagValues holding the subcommand's flags at their defaults."""
     fv = flags.FlagValues()
-    SUBCOMMANDS[subcommand].define_flags(fv)
+    subcommand_module(subcommand).define_flags(fv)
     return fv
 
 
@@ -51,15 +57,15 @@ def flags_help(fv):
 
 def subcommand_help(subcommand):
     return (f"usage: {PROGRAM} {subcommand} --flag=value ...\n\n"
-            f"{SUBCOMMANDS[subcommand].SUMMARY.capitalize()}.\n\nflags:\n{flags_help(flag_values(subcommand))}")
+            f"{subcommand_module(subcommand).SUMMARY.capitalize()}.\n\nflags:\n{flags_help(flag_values(subcommand))}")
 
 
 def usage():
     lines = [f"usage: {PROGRAM} {{{','.join(SUBCOMMANDS)}}} --flag=value ...", "",
              "Record a tfcomp.analysis profile on this cluster (profile, with TensorFlow), then predict from it "
              "(predict, whatif) or plan per-tensor compression with it (plan): numpy only.", ""]
-    for name, module in SUBCOMMANDS.items():
-        lines += [f"{name}: {module.SUMMARY}.", flags_help(flag_values(name)), ""]
+    for name in SUBCOMMANDS:
+        lines += [f"{name}: {subcommand_module(name).SUMMARY}.", flags_help(flag_values(name)), ""]
     return "\n".join(lines)
 
 
@@ -82,9 +88,9 @@ def main(argv, out=None, err=None):
     try:
         extra = fv([f"{PROGRAM} {command}", *rest])[1:]
         if extra:
-            raise app.UsageError(f"unexpected arguments {' '.join(extra)}: flags take the form --name=value")
-        SUBCOMMANDS[command].run(fv, out)
-    except (app.UsageError, flags.Error) as e:
+            raise opts.UsageError(f"unexpected arguments {' '.join(extra)}: flags take the form --name=value")
+        subcommand_module(command).run(fv, out)
+    except (opts.UsageError, flags.Error) as e:
         print(f"{PROGRAM} {command}: error: {e}", file=err)
         return USER_ERROR
     return 0

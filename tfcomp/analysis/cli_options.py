@@ -2,7 +2,7 @@
 override) and the checks that turn bad flag values into one-line usage errors."""
 import math
 
-from absl import app, flags
+from absl import flags
 
 from tfcomp.analysis.costs import Link
 from tfcomp.analysis.fusion_policies import HOROVOD_CYCLE_S, HOROVOD_FUSION_BYTES, BucketFusion, CycleFusion
@@ -11,6 +11,11 @@ from tfcomp.bucketing import DEFAULT_BUCKET_BYTES
 
 DENSE = "dense"  # the uncompressed baseline, as results and tables name it
 MIB = 2**20
+
+
+class UsageError(Exception):
+    """A user's mistake on the command line: one line on stderr and exit status 1, no
+    traceback (absl's app.UsageError without importing absl.app, which takes pdb along)."""
 
 
 def define_profile_flag(fv):
@@ -39,13 +44,13 @@ def define_network_flags(fv):
 def load_profile(path):
     """The profile at path, or a UsageError saying why it cannot be read."""
     if not path:
-        raise app.UsageError("--profile is required: the path of a saved profile (Profile.save)")
+        raise UsageError("--profile is required: the path of a saved profile (Profile.save)")
     try:
         return Profile.load(path)
     except OSError as e:
-        raise app.UsageError(f"cannot read profile {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot read profile {path}: {e.strerror or e}") from None
     except ValueError as e:
-        raise app.UsageError(str(e)) from None
+        raise UsageError(str(e)) from None
 
 
 def fusion_policy(fv):
@@ -67,19 +72,19 @@ def check_positive(value, flag, *, optional=False):
     if value is None and optional:
         return value
     if value is None or not (math.isfinite(value) and value > 0):
-        raise app.UsageError(f"{flag} must be a finite number > 0, got {value}")
+        raise UsageError(f"{flag} must be a finite number > 0, got {value}")
     return value
 
 
 def check_latency(latency_us):
     if latency_us is not None and not (math.isfinite(latency_us) and latency_us >= 0):
-        raise app.UsageError(f"--latency_us must be a finite number >= 0, got {latency_us}")
+        raise UsageError(f"--latency_us must be a finite number >= 0, got {latency_us}")
     return latency_us
 
 
 def check_workers(workers, flag="--workers"):
     if workers is None or workers < 1:
-        raise app.UsageError(f"{flag} must be an integer >= 1, got {workers}")
+        raise UsageError(f"{flag} must be an integer >= 1, got {workers}")
     return workers
 
 
@@ -90,9 +95,9 @@ def parse_list(values, flag, parse, what):
         try:
             out.append(parse(v))
         except ValueError:
-            raise app.UsageError(f"{flag} takes a comma-separated list of {what}, got {v!r}") from None
+            raise UsageError(f"{flag} takes a comma-separated list of {what}, got {v!r}") from None
     if not out:
-        raise app.UsageError(f"{flag} is empty")
+        raise UsageError(f"{flag} is empty")
     return out
 
 
@@ -111,10 +116,10 @@ def check_compressors(profile, names):
     resolved = [resolve_compressor(profile, n) for n in names]
     unknown = [n for n, key in zip(names, resolved) if key is None]
     if unknown:
-        raise app.UsageError(f"the profile has no compressor {', '.join(map(repr, unknown))} "
+        raise UsageError(f"the profile has no compressor {', '.join(map(repr, unknown))} "
                              f"(it has: {', '.join(sorted(profile.compressors)) or 'none'})")
     if len(set(resolved)) != len(resolved):
-        raise app.UsageError(f"a compressor is named twice: {', '.join(names)}")
+        raise UsageError(f"a compressor is named twice: {', '.join(names)}")
     return resolved
 
 

@@ -4,7 +4,7 @@ single compressor and the upper bound; --output saves it as JSON, which
 tfcomp.Plan.load turns into the exchange's plan."""
 import json
 
-from absl import app, flags
+from absl import flags
 
 from tfcomp.analysis import cli_options as opts
 from tfcomp.analysis import planner
@@ -74,7 +74,7 @@ def run(fv, out):
     fusion = opts.fusion_policy(fv)
     profile = opts.load_profile(fv.profile)
     if not profile.compressors:
-        raise app.UsageError(f"the profile {fv.profile} has no compressor measured: profile some first "
+        raise opts.UsageError(f"the profile {fv.profile} has no compressor measured: profile some first "
                                   "(python -m tfcomp.analysis profile --compressors=...)")
     candidates = opts.check_compressors(profile, fv.candidates) if fv.candidates is not None else None
     link, allgather_link = opts.links(profile, fv.bandwidth_gbps, latency_us)

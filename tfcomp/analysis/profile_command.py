@@ -15,8 +15,9 @@ This subcommand needs TensorFlow; predict and whatif do not.
 import json
 import os
 
-from absl import app, flags
+from absl import flags
 
+from tfcomp.analysis import cli_options as opts
 from tfcomp.analysis import from_timeline
 from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE
 
@@ -64,12 +65,12 @@ def _read_probe(path):
         with open(path, encoding="utf-8") as f:
             probe = json.load(f)
     except OSError as e:
-        raise app.UsageError(f"cannot read link probe {path}: {e.strerror or e}") from None
+        raise opts.UsageError(f"cannot read link probe {path}: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
-        raise app.UsageError(f"{path}: not a JSON link probe ({e})") from None
+        raise opts.UsageError(f"{path}: not a JSON link probe ({e})") from None
     missing = [k for k in ("workers", ALLREDUCE, ALLGATHER) if k not in probe]
     if missing:
-        raise app.UsageError(f"{path}: the link probe lacks {', '.join(missing)}")
+        raise opts.UsageError(f"{path}: the link probe lacks {', '.join(missing)}")
     return probe
 
 
@@ -78,16 +79,16 @@ def _gradient_shapes(trace, model):
     listed = {t["name"]: t for t in (trace.get("otherData") or {}).get("tensors", [])}
     missing = [g.name for g in model.gradients if g.name not in listed]
     if missing:
-        raise app.UsageError(f"the trace lists no shape for gradients {missing[:3]}: record it with this "
+        raise opts.UsageError(f"the trace lists no shape for gradients {missing[:3]}: record it with this "
                              "tfcomp's Timeline")
     return [(g.name, tuple(listed[g.name]["shape"]), listed[g.name]["dtype"]) for g in model.gradients]
 
 
 def run(fv, out):
     if not fv.timeline or not fv.output:
-        raise app.UsageError("--timeline and --output are required")
+        raise opts.UsageError("--timeline and --output are required")
     if fv.runs < 1 or fv.probe_max_bytes < 4096:
-        raise app.UsageError("--runs must be >= 1 and --probe_max_bytes >= 4096")
+        raise opts.UsageError("--runs must be >= 1 and --probe_max_bytes >= 4096")
     try:
         with open(fv.timeline, encoding="utf-8") as f:
             trace = json.load(f)
@@ -95,18 +96,18 @@ def run(fv, out):
         if not fv.overlap_backward:
             model = model.ready_at_backward_end()
     except OSError as e:
-        raise app.UsageError(f"cannot read timeline {fv.timeline}: {e.strerror or e}") from None
+        raise opts.UsageError(f"cannot read timeline {fv.timeline}: {e.strerror or e}") from None
     except (json.JSONDecodeError, ValueError) as e:
-        raise app.UsageError(f"{fv.timeline}: {e}") from None
+        raise opts.UsageError(f"{fv.timeline}: {e}") from None
     gradients = _gradient_shapes(trace, model)
     # TensorFlow only from here on.
     from tfcomp.analysis import link_probe, measure  # pylint: disable=import-outside-toplevel
     try:
         compressors = {spec: measure.parse_compressor(spec) for spec in fv.compressors}
     except ValueError as e:
-        raise app.UsageError(f"--compressors: {e}") from None
+        raise opts.UsageError(f"--compressors: {e}") from None
     if fv.sgd_momentum is not None and not 0 <= fv.sgd_momentum < 1:
-        raise app.UsageError(f"--sgd_momentum: a momentum in [0, 1), got {fv.sgd_momentum!r}")
+        raise opts.UsageError(f"--sgd_momentum: a momentum in [0, 1), got {fv.sgd_momentum!r}")
     # The probe first: MultiWorkerMirroredStrategy must configure TensorFlow's runtime before
     # anything starts it, and a Keras optimizer (under_sgd's) does.
     probe = _read_probe(fv.link_probe) if fv.link_probe else link_probe.probe(fv.engine, fv.probe_max_bytes, fv.runs)
@@ -115,12 +116,12 @@ def run(fv, out):
     try:
         links = link_probe.fitted_links(probe, probe["workers"])
     except ValueError as e:
-        raise app.UsageError(f"the link probe cannot be fitted: {e}") from None
+        raise opts.UsageError(f"the link probe cannot be fitted: {e}") from None
     workers = probe["workers"]
     try:
         half = link_probe.half_extra(probe)
     except ValueError as e:
-        raise app.UsageError(f"the link probe: {e}") from None
+        raise opts.UsageError(f"the link probe: {e}") from None
     # Every worker measures, as every worker compresses during training: on shared
     # machines the codecs are then timed under the contention training has.
     profile = measure.profile(model, gradients, links, compressors, workers, fv.runs,

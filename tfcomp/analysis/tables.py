@@ -1,9 +1,8 @@
 """Seconds as a function of bytes, from a few measurements: Zhang et al.'s AddEst
 (seed-notes.md 3.1: vector-add time, linearly interpolated) and the per-size
-encode and decode times of a compressor."""
+encode and decode times of a compressor. Plain Python: `python -m tfcomp.analysis
+predict` imports no numpy, so that it answers as a fresh process in under 100 ms."""
 import bisect
-
-import numpy as np
 
 from tfcomp.analysis.checks import is_number
 
@@ -25,14 +24,13 @@ class SizeTable:
             if not isinstance(p, tuple) or len(p) != 2 or not all(is_number(x) for x in p):
                 raise ValueError(f"{what}: each measurement must be a pair of finite numbers "
                                  f"(bytes, seconds), got {p!r}")
-        sizes = np.array([float(p[0]) for p in points])
-        seconds = np.array([float(p[1]) for p in points])
-        if np.any(sizes <= 0) or np.any(np.diff(sizes) <= 0):
-            raise ValueError(f"{what}: sizes must be positive and strictly increasing, got {sizes.tolist()}")
-        if np.any(seconds < 0):
-            raise ValueError(f"{what}: times must be >= 0, got {seconds.tolist()}")
+        sizes = [float(p[0]) for p in points]
+        seconds = [float(p[1]) for p in points]
+        if sizes[0] <= 0 or any(b <= a for a, b in zip(sizes, sizes[1:])):
+            raise ValueError(f"{what}: sizes must be positive and strictly increasing, got {sizes}")
+        if any(t < 0 for t in seconds):
+            raise ValueError(f"{what}: times must be >= 0, got {seconds}")
         self.sizes, self.seconds = sizes, seconds
-        self._sizes, self._seconds = sizes.tolist(), seconds.tolist()
 
     @classmethod
     def zero(cls, what="size table"):
@@ -40,7 +38,7 @@ class SizeTable:
         return cls([(1, 0.0)], what)
 
     def points(self):
-        return [[float(b), float(s)] for b, s in zip(self.sizes, self.seconds)]
+        return [[b, s] for b, s in zip(self.sizes, self.seconds)]
 
     def __call__(self, nbytes):
         if not is_number(nbytes) or nbytes < 0:
@@ -49,7 +47,7 @@ class SizeTable:
 
     def seconds_at(self, nbytes):
         """__call__ without the argument check (the simulator's inner loop)."""
-        sizes, seconds = self._sizes, self._seconds
+        sizes, seconds = self.sizes, self.seconds
         if nbytes <= sizes[0]:
             return seconds[0]
         if nbytes <= sizes[-1]:

@@ -9,7 +9,7 @@ import os
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from tfcomp.analysis import cli_options as opts
 from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
@@ -222,7 +222,7 @@ def write(result, output, path, profile, fusion, latency_us, plot):
     try:
         os.makedirs(output, exist_ok=True)
     except OSError as e:
-        raise app.UsageError(f"cannot create --output directory {output}: {e.strerror or e}") from None
+        raise opts.UsageError(f"cannot create --output directory {output}: {e.strerror or e}") from None
     plot_files = []
     if plot:
         from tfcomp.analysis import plots  # pylint: disable=import-outside-toplevel  (matplotlib only when plotting)
