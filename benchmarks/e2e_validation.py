@@ -39,8 +39,11 @@ def _by_model(table):
         models.setdefault(f"{r['model']} ({r['size']})", []).append(r)
     if len(models) < 2:
         return []
-    return [f"- {model}, {len(runs)} runs: median |error| {100 * summary(runs)[0]:.1f}%, "
-            f"max {100 * summary(runs)[1]:.1f}%." for model, runs in models.items()] + [""]
+    lines = []
+    for model, runs in models.items():
+        median, worst = summary(runs)
+        lines.append(f"- {model}, {len(runs)} runs: median |error| {100 * median:.1f}%, max {100 * worst:.1f}%.")
+    return lines + [""]
 
 
 def crossovers(table, crossover):

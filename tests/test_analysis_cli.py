@@ -36,10 +36,14 @@ def run_cli(*args):
     return status, out.getvalue(), err.getvalue()
 
 
-def run_module(*args):
+def run_python(*args):
+    """`python args` in a fresh process that imports this checkout's tfcomp."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "tfcomp.analysis", *args], capture_output=True, text=True,
-                          timeout=60, check=False, env=env)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, check=False, env=env)
+
+
+def run_module(*args):
+    return run_python("-m", "tfcomp.analysis", *args)
 
 
 def fixed_cost_profile():
@@ -313,9 +317,7 @@ def test_the_command_line_runs_without_tensorflow(tmp_path):
             "                  '--bandwidths_gbps=1,10', '--compressors=TopK']) == 0\n"
             "assert 'matplotlib' in sys.modules\n"
             "assert 'tensorflow' not in sys.modules, 'the command line imported TensorFlow'\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
-                          env=env)
+    done = run_python("-c", code)
     assert done.returncode == 0, done.stderr
 
 
@@ -329,9 +331,7 @@ def test_predict_imports_neither_numpy_nor_absl_app(tmp_path):
             f"assert cli.main(['x', 'predict', '--profile={missing}', '--workers=8']) == 1\n"
             "loaded = [m for m in ('numpy', 'absl.app', 'matplotlib', 'tensorflow') if m in sys.modules]\n"
             "assert not loaded, loaded\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
-                          env=env)
+    done = run_python("-c", code)
     assert done.returncode == 0, done.stderr
 
 

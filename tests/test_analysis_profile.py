@@ -1,6 +1,7 @@
 """`python -m tfcomp.analysis profile`: payloads per gradient as the cost model's
 closed forms give them, codec timings, and a profile recorded from a real Timeline
 trace that predict reads back; the link probed by two real workers."""
+import gzip
 import io
 import json
 
@@ -182,3 +183,19 @@ def test_the_link_is_probed_by_every_worker_running_the_command(tmp_path):
     profile = Profile.load(tmp_path / "probed.json")
     for link in (profile.allreduce, profile.allgather):
         assert link.bandwidth_bytes_per_s > 0 and link.alpha_s >= 0
+
+
+def test_a_gzipped_timeline_gives_the_same_model(tmp_path):
+    """benchmarks.e2e keeps its traces gzipped; profile --timeline reads them as they are."""
+    trace, _ = _trace(tmp_path)
+    zipped = tmp_path / "worker0.trace.json.gz"
+    zipped.write_bytes(gzip.compress(trace.read_bytes()))
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps(_probe()))
+    models = []
+    for i, timeline in enumerate((trace, zipped)):
+        code, _, err = run_cli("profile", f"--timeline={timeline}", f"--link_probe={probe}", "--runs=1",
+                               f"--output={tmp_path / f'p{i}.json'}", "--name=mlp")
+        assert code == 0, err
+        models.append(Profile.load(tmp_path / f"p{i}.json").model)
+    assert models[0] == models[1]

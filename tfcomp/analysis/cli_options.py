@@ -117,7 +117,7 @@ def check_compressors(profile, names):
     unknown = [n for n, key in zip(names, resolved) if key is None]
     if unknown:
         raise UsageError(f"the profile has no compressor {', '.join(map(repr, unknown))} "
-                             f"(it has: {', '.join(sorted(profile.compressors)) or 'none'})")
+                         f"(it has: {', '.join(sorted(profile.compressors)) or 'none'})")
     if len(set(resolved)) != len(resolved):
         raise UsageError(f"a compressor is named twice: {', '.join(names)}")
     return resolved

@@ -62,16 +62,22 @@ def _between_steps_s(steps):
     return statistics.median(gaps) if gaps else 0.0
 
 
+def read_trace(path):
+    """The parsed JSON of a Timeline trace file: WORKER.trace.json, or that file gzipped
+    (WORKER.trace.json.gz, as benchmarks.e2e keeps them). OSError when it cannot be opened,
+    ValueError when it is not a trace."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except (json.JSONDecodeError, OSError, EOFError) as e:
+            raise ValueError(f"{path}: not a Timeline trace ({e})") from None
+
+
 def model_profile(trace, name=None):
-    """ModelProfile from a Timeline trace: a path to WORKER.trace.json (or that file gzipped,
-    WORKER.trace.json.gz, as benchmarks.e2e keeps them) or its parsed JSON."""
+    """ModelProfile from a Timeline trace: a path read_trace reads, or its parsed JSON."""
     if not isinstance(trace, dict):
-        opener = gzip.open if str(trace).endswith(".gz") else open
-        with opener(trace, "rt", encoding="utf-8") as f:
-            try:
-                trace = json.load(f)
-            except (json.JSONDecodeError, OSError, EOFError) as e:
-                raise ValueError(f"{trace}: not a Timeline trace ({e})") from None
+        trace = read_trace(trace)
     if not isinstance(trace.get("traceEvents"), list):
         raise ValueError("not a Timeline trace: no traceEvents (write one with tfcomp.callbacks.Timeline)")
     recorded = _steps(trace["traceEvents"])

@@ -75,7 +75,7 @@ def run(fv, out):
     profile = opts.load_profile(fv.profile)
     if not profile.compressors:
         raise opts.UsageError(f"the profile {fv.profile} has no compressor measured: profile some first "
-                                  "(python -m tfcomp.analysis profile --compressors=...)")
+                              "(python -m tfcomp.analysis profile --compressors=...)")
     candidates = opts.check_compressors(profile, fv.candidates) if fv.candidates is not None else None
     link, allgather_link = opts.links(profile, fv.bandwidth_gbps, latency_us)
     result = planner.plan(profile, workers, candidates, link=link, allgather_link=allgather_link, fusion=fusion,

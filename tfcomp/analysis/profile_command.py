@@ -80,7 +80,7 @@ def _gradient_shapes(trace, model):
     missing = [g.name for g in model.gradients if g.name not in listed]
     if missing:
         raise opts.UsageError(f"the trace lists no shape for gradients {missing[:3]}: record it with this "
-                             "tfcomp's Timeline")
+                              "tfcomp's Timeline")
     return [(g.name, tuple(listed[g.name]["shape"]), listed[g.name]["dtype"]) for g in model.gradients]
 
 
@@ -90,14 +90,13 @@ def run(fv, out):
     if fv.runs < 1 or fv.probe_max_bytes < 4096:
         raise opts.UsageError("--runs must be >= 1 and --probe_max_bytes >= 4096")
     try:
-        with open(fv.timeline, encoding="utf-8") as f:
-            trace = json.load(f)
+        trace = from_timeline.read_trace(fv.timeline)
         model = from_timeline.model_profile(trace, name=fv.name)
         if not fv.overlap_backward:
             model = model.ready_at_backward_end()
     except OSError as e:
         raise opts.UsageError(f"cannot read timeline {fv.timeline}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, ValueError) as e:
+    except ValueError as e:
         raise opts.UsageError(f"{fv.timeline}: {e}") from None
     gradients = _gradient_shapes(trace, model)
     # TensorFlow only from here on.
