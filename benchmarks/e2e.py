@@ -79,6 +79,9 @@ flags.DEFINE_bool("predict", False, "After each model's dense run on a cluster, 
                   "beside it as *.WORKER.trace.json.gz) and record each run's predicted "
                   "step time beside the measured one. Needs --timeline_steps > 0 and 'none' before the "
                   "compressors.")
+flags.DEFINE_integer("auto_audit_steps", 0, "Runs of compression 'auto': tfcomp.Auto's audit_steps (after it "
+                     "decides, the kept configuration, dense and every single candidate timed side by side, this "
+                     "many steps each).", lower_bound=0)
 flags.DEFINE_integer("timeout_s", 900, "Per-run limit; workers still running then are killed.", lower_bound=10)
 
 def _rate(link):
@@ -243,7 +246,8 @@ def main(argv):
                         f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--eval_every={FLAGS.eval_every}",
                         f"--global_batch={FLAGS.global_batch or spec.batch_size}",
                         f"--lr={FLAGS.lr if FLAGS.lr is not None else spec.learning_rate}",
-                        f"--bandwidth_gbps={plan_gbps}", f"--timeline_steps={FLAGS.timeline_steps}"],
+                        f"--bandwidth_gbps={plan_gbps}", f"--timeline_steps={FLAGS.timeline_steps}",
+                        f"--auto_audit_steps={FLAGS.auto_audit_steps}"],
                         work_dir / f"{model}-{re.sub(r'[^A-Za-z0-9_.=-]', '_', compression)}")
                     record.update(result or {}, status="ok" if ok else "failed", error=log or None,
                                   wall_s=time.monotonic() - started, command=_command())

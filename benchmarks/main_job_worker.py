@@ -40,6 +40,9 @@ flags.DEFINE_float("collective_timeout_s", None, "CommunicationOptions.timeout_s
                    "TensorFlow holds a sleeping thread per collective launch for this long.")
 flags.DEFINE_integer("timeline_steps", None, "Steps the timeline records (default: one epoch).")
 flags.DEFINE_bool("check_finite", True, "tfcomp's per-step non-finite flag (the exchange's check_finite).")
+flags.DEFINE_integer("auto_audit_steps", 0, "With --compression=auto: tfcomp.Auto's audit_steps (after its "
+                     "decision, time the kept configuration, dense and every single candidate side by side).",
+                     lower_bound=0)
 
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
@@ -53,7 +56,7 @@ def strategy_options(spec):
     if compression_specs.is_plan(spec):
         return {"compression": tfcomp.Plan.load(compression_specs.plan_path(spec)), **options}
     if spec == compression_specs.AUTO:
-        return {"compression": tfcomp.Auto(), **options}
+        return {"compression": tfcomp.Auto(audit_steps=FLAGS.auto_audit_steps), **options}
     compressor = parse_compressor(compression_specs.explicit(spec))
     if not isinstance(compressor, Sparsifier):
         return {"compression": compressor, **options}

@@ -21,6 +21,7 @@ flags.DEFINE_bool("slow_candidate", False, "The only candidate is FP16 made slow
 flags.DEFINE_integer("replan_every", None, "Auto's replan_every.")
 flags.DEFINE_integer("trials", 3, "Auto's trials.")
 flags.DEFINE_integer("rounds", 2, "Auto's rounds (its check_steps are 4).")
+flags.DEFINE_integer("audit_steps", 0, "Auto's audit_steps.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step.")
 
@@ -46,7 +47,8 @@ def make_auto():
     network = tfcomp.Network(FLAGS.network_gbps, 50.0) if FLAGS.network_gbps else None
     candidates = [SlowFP16()] if FLAGS.slow_candidate else None
     return tfcomp.Auto(candidates, network=network, profile_steps=4, warmup_steps=2, timeline_steps=2,
-                       check_steps=4, trials=FLAGS.trials, rounds=FLAGS.rounds, replan_every=FLAGS.replan_every,
+                       check_steps=4, trials=FLAGS.trials, rounds=FLAGS.rounds, audit_steps=FLAGS.audit_steps,
+                       replan_every=FLAGS.replan_every,
                        probe_max_bytes=256 << 10, runs=3)
 
 

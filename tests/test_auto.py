@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import tfcomp
 from tfcomp.analysis.profile import Profile
-from tfcomp.auto import DENSE, PLANNED, PROFILING
+from tfcomp.auto import AUDIT, DENSE, PLANNED, PROFILING
 from tfcomp.exchange import Exchange
 from tfcomp.state import CompressionState
 from tfcomp.testing import Emulator
@@ -36,6 +36,8 @@ PROFILE = "benchmarks/results/e2e/validation-small/profiles/tf.distribute-2w-1gb
     ({"check_steps": 3, "rounds": 4}, r"rounds must be an integer in \[1, check_steps=3\]"),
     ({"rounds": 0}, "rounds must be an integer in"),
     ({"replan_every": 1}, "replan_every must be None or an integer >= 2"),
+    ({"audit_steps": 2, "rounds": 4}, r"audit_steps must be 0 or an integer >= rounds=4"),
+    ({"audit_steps": -1}, "audit_steps must be 0 or an integer"),
     ({"drift": 0}, "drift must be > 0"),
     ({"margin": 1.0}, "margin must be a fraction"),
     ({"margin": -0.01}, "margin must be a fraction"),
@@ -235,6 +237,46 @@ def test_auto_under_horovod_falls_back_to_dense_when_its_plan_loses(tmp_path):
                                                               f"--steps={STEPS}"], tmp_path)
     assert code == 0 and None not in results, log[-4000:]
     assert_fell_back(results)
+
+
+def test_auto_audits_its_choice_side_by_side_and_a_run_resumed_in_the_audit_goes_back_to_it(tmp_path):
+    """Forced to lose, Auto falls back to dense at step 20; its audit then times dense and
+    the single candidate (which runs as the plan did) interleaved, 4 steps each in 2 rounds,
+    with the trials' train functions, and records what staying dense cost against the
+    fastest. The backup at step 24 is taken in the audit's candidate block: a run resumed
+    from it goes back to dense."""
+    args = [*FORCED_TO_LOSE, "--audit_steps=4", f"--backup_dir={tmp_path / 'backup'}"]
+    codes, logs, results = run_workers("tests.auto_worker", 2, [*args, "--steps=32"], tmp_path / "first")
+    check_ok(codes, logs)
+    for r in results:
+        *decisions, audit = r["history"]
+        fell_back = decisions[-1]
+        assert fell_back["phase"] == DENSE and audit["phase"] == AUDIT, r["history"]
+        assert audit["started_step"] == fell_back["settled_step"] == 20
+        trials = audit["trials"]
+        assert [t["label"] for t in trials] == [DENSE, "SlowFP16()"] and trials[0]["vs_dense"] == 1.0
+        assert trials[1]["vs_dense"] > 1.05  # measured afresh: the same loser as in the trials
+        assert audit["kept"] == DENSE and audit["fastest"] == DENSE and audit["regret"] == 0.0
+        assert audit["vs_dense"] == 1.0
+        # 2 rounds: dense, the candidate | the candidate, dense; each switch back leaves one step untimed
+        assert audit["step"] == 31 and audit["settled_step"] == 31
+        assert r["phase"] == DENSE and not r["choices"] and r["step"] == 32  # the decision stands
+        assert r["traces"] == decisions[1]["traces"] + 1  # the audit traced nothing the trials had not
+    assert results[0]["history"][-1]["trials"] == results[1]["history"][-1]["trials"]  # every worker's mean
+    assert_identical_weights(results)
+
+    codes, logs, _ = run_workers("tests.auto_worker", 2, [*args, "--steps=32", "--interrupt_at=28"],
+                                 tmp_path / "stopped")
+    check_ok(codes, logs, expected=3)
+    codes, logs, resumed = run_workers("tests.auto_worker", 2, [*args, "--steps=32"], tmp_path / "resumed")
+    check_ok(codes, logs)
+    for r, log in zip(resumed, logs):
+        (restored,) = r["history"]
+        assert restored["restored"] and restored["trial"] == "SlowFP16()" and restored["audit_of"]["phase"] == DENSE
+        assert "resumed during its audit" in log, log[-4000:]
+        assert r["phase"] == DENSE and not r["choices"] and r["step"] == 32
+        assert r["payload_bytes"] == r["dense_bytes"]
+    assert_identical_weights(resumed)
 
 
 def assert_fell_back(results):

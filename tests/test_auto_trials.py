@@ -1,8 +1,8 @@
-"""tfcomp.Auto's interleaved trials: the schedule, and each trial's speed against the
-dense block of the same round."""
+"""tfcomp.Auto's interleaved trials: the schedule, each trial's speed against the
+dense block of the same round, and an audit's regret."""
 import pytest
 
-from tfcomp.auto_trials import Block, schedule, verdict
+from tfcomp.auto_trials import Block, regret, schedule, verdict
 
 
 def test_rounds_start_with_dense_and_every_other_round_runs_reversed():
@@ -52,3 +52,16 @@ def test_without_dense_the_reference_is_the_profiled_dense_steps():
         verdict(1, blocks, [40.0, 44.0], dense=None)
     with pytest.raises(ValueError, match="1 block times for 2 blocks"):
         verdict(1, blocks, [40.0], dense=None, reference_ms=50.0)
+
+
+def test_the_audit_regret_is_the_kept_speed_over_the_fastest_measured_in_the_same_rounds():
+    blocks = schedule(num_configs=3, dense=0, check_steps=4, rounds=2)
+    load = {0: 100.0, 1: 140.0}  # the machine slows between the rounds; the ratios do not move
+    factor = {0: 1.0, 1: 0.8, 2: 0.7}  # dense, the kept configuration, the fastest
+    results = verdict(3, blocks, [load[b.round] * factor[b.config] for b in blocks], dense=0)
+    summary = regret(results, kept=1)
+    assert summary["fastest"] == 2 and summary["vs_dense"] == pytest.approx(0.8)
+    assert summary["regret"] == pytest.approx(0.8 / 0.7 - 1)
+    assert regret(results, kept=2) == {"fastest": 2, "vs_dense": pytest.approx(0.7), "regret": 0.0}
+    # dense kept where a compressor was faster: its regret is what dense gave up
+    assert regret(results, kept=0)["regret"] == pytest.approx(1 / 0.7 - 1)

@@ -16,7 +16,10 @@ traced once and kept, so a switch back costs no trace), and each is judged again
 dense block of the same round. The fastest is kept if it beat dense by margin (5%); else it
 stays dense for good and says why.
 With replan_every, a plan whose step time drifts from what it measured at first is
-profiled and planned afresh.
+profiled and planned afresh. With audit_steps, the choice is checked right after it is
+made: the configuration kept, dense and every single candidate run interleaved as the
+trials did, with fresh steps, and the history records how much slower the kept one was
+than the fastest of them (its regret); then the kept one runs on.
 
 The decision is saved with the optimizer's checkpoints (an AutoRecord), so a resumed
 run takes it up without profiling again.
@@ -35,6 +38,7 @@ from tfcomp.selection import Network
 
 RECORD_ATTRIBUTE = "tfcomp_auto"  # where the record hangs on the optimizer (and in checkpoints)
 PROFILING, PLANNED, DENSE = "profiling", "planned", "dense"
+AUDIT = "audit"  # a history entry: the kept configuration timed against every alternative
 
 
 def default_candidates():
@@ -67,6 +71,13 @@ class Auto:
         faster than dense (default 0.05). Where the best compressed trial is within
         the margin of dense, compression is a wash on this machine and dense is the
         safe choice (at most margin of regret).
+    audit_steps: 0, or after each decision time the configuration kept, dense and every
+        single candidate (a candidate on every tensor) this many steps each, in rounds
+        interleaved as the trials are, and add an AUDIT entry to the history: each one's
+        ms and speed against dense, and the kept one's regret over the fastest. The
+        decision stands (the audit only measures); its compressor state starts from zero
+        after the audit, as after any switch. A run resumed during its audit goes back
+        to the kept configuration without finishing it.
     replan_every: None, or every this many steps compare the plan's step time with
         what it measured at first, and profile and plan again where it moved by more
         than drift (a fraction).
@@ -75,8 +86,8 @@ class Auto:
     """
 
     def __init__(self, candidates=None, network=None, profile_steps=20, warmup_steps=5, timeline_steps=5,
-                 check_steps=None, trials=3, rounds=4, margin=0.05, replan_every=None, drift=0.25, probe_max_bytes=4 << 20,
-                 runs=5):
+                 check_steps=None, trials=3, rounds=4, margin=0.05, audit_steps=0, replan_every=None, drift=0.25,
+                 probe_max_bytes=4 << 20, runs=5):
         candidates = default_candidates() if candidates is None else tuple(candidates)
         compressors = []
         for c in candidates:
@@ -100,6 +111,8 @@ class Auto:
             raise ValueError(f"Auto: check_steps must be an integer >= 1, got {check_steps!r}")
         if not isinstance(rounds, int) or not 1 <= rounds <= check_steps:
             raise ValueError(f"Auto: rounds must be an integer in [1, check_steps={check_steps}], got {rounds!r}")
+        if not isinstance(audit_steps, int) or not (audit_steps == 0 or rounds <= audit_steps):
+            raise ValueError(f"Auto: audit_steps must be 0 or an integer >= rounds={rounds}, got {audit_steps!r}")
         if replan_every is not None and (not isinstance(replan_every, int) or replan_every < 2):
             raise ValueError(f"Auto: replan_every must be None or an integer >= 2, got {replan_every!r}")
         if not isinstance(margin, (int, float)) or not 0 <= margin < 1:
@@ -109,7 +122,7 @@ class Auto:
         self.network = network
         self.profile_steps, self.warmup_steps, self.timeline_steps = profile_steps, warmup_steps, timeline_steps
         self.check_steps, self.trials, self.replan_every, self.drift = check_steps, trials, replan_every, drift
-        self.rounds = rounds
+        self.rounds, self.audit_steps = rounds, audit_steps
         self.margin = float(margin)
         self.probe_max_bytes, self.runs = probe_max_bytes, runs
         self.phase = PROFILING
@@ -125,7 +138,8 @@ class Auto:
         return {"name": "Auto", "candidates": [c.config() for c in self.candidates.values()],
                 "network": None if self.network is None else [self.network.bandwidth_gbps, self.network.latency_us],
                 "profile_steps": self.profile_steps, "warmup_steps": self.warmup_steps,
-                "timeline_steps": self.timeline_steps, "check_steps": self.check_steps, "trials": self.trials, "rounds": self.rounds,
+                "timeline_steps": self.timeline_steps, "check_steps": self.check_steps, "trials": self.trials,
+                "rounds": self.rounds, "audit_steps": self.audit_steps,
                 "margin": self.margin, "replan_every": self.replan_every, "drift": self.drift}
 
     def __repr__(self):

@@ -13,7 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfcomp import auto_trials, keras_in_use, optimizers
-from tfcomp.auto import DENSE, PLANNED, PROFILING
+from tfcomp.auto import AUDIT, DENSE, PLANNED, PROFILING
 
 
 class AutoCallback(tf.keras.callbacks.Callback):
@@ -32,6 +32,9 @@ class AutoCallback(tf.keras.callbacks.Callback):
         self._codecs = {}  # candidate label -> CompressorProfile, measured once (measure.profile fills it)
         self._decision = {}  # what profiling measured and predicted, for every trial's record
         self._gradients = []  # (name, shape, dtype) in the profile's order
+        self._predicted = {}  # configuration label -> the planner's predicted seconds ("plan", DENSE, singles)
+        self._traced = {}  # what a configuration runs (_key) -> its trial config, train function kept
+        self._leaving_audit = False  # resumed during an audit: back to the kept configuration after this step
 
     # ---- Keras
 
@@ -46,7 +49,9 @@ class AutoCallback(tf.keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if self._start:
             self._start = False
-            if self.auto.phase == PROFILING and self._cycle is None:
+            if "audit_of" in self.auto.decision and self._measuring is None:
+                self._leaving_audit = True
+            elif self.auto.phase == PROFILING and self._cycle is None:
                 self._begin_cycle()
             elif self.auto.phase == PLANNED and "plan_ms" not in self.auto.decision and self._measuring is None:
                 self._resume_trial()
@@ -58,7 +63,9 @@ class AutoCallback(tf.keras.callbacks.Callback):
         duration = None if self._began is None else time.perf_counter() - self._began
         self._began = None
         auto = self.auto
-        if self._cycle is not None:
+        if self._leaving_audit:
+            self._leave_audit()
+        elif self._cycle is not None:
             cycle = self._cycle
             cycle["timeline"].on_train_batch_end(batch)
             cycle["n"] += 1
@@ -155,6 +162,8 @@ class AutoCallback(tf.keras.callbacks.Callback):
                     "predicted_ms": 1e3 * result.iteration_s, "predicted_dense_ms": 1e3 * result.dense_s,
                     "profiling_s": time.perf_counter() - started, "traces": auto.exchange.traces,
                     "link_gbps": 8e-9 * profile.allreduce.bandwidth_bytes_per_s}
+        self._gradients = gradients
+        self._predicted = {"plan": result.iteration_s, DENSE: result.dense_s, **result.singles}
         trials = self._trials(result, gradients)
         if trials:  # dense again, in the conditions of the trials: the reference they must beat
             trials.append((DENSE, {}, result.dense_s))
@@ -163,8 +172,10 @@ class AutoCallback(tf.keras.callbacks.Callback):
                         settled_step=decision["step"], **decision)
             logging.info("tfcomp.Auto: staying dense: nothing is predicted faster (dense %.1f ms/step measured)",
                          1e3 * dense_s)
+            if auto.audit_steps:  # dense runs Keras' own train function, traced for profiling
+                self._traced[DENSE] = {"function": self.model.train_function, "variables": None}
+                self._start_audit()
             return
-        self._gradients = gradients
         self._decision = decision
         logging.info("tfcomp.Auto at step %d: dense measured %.1f ms/step (predicted %.1f); measuring %s, "
                      "%d steps each in %d rounds", decision["step"], decision["dense_ms"],
@@ -172,7 +183,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
                                                                for label, _, s in trials),
                      auto.check_steps, auto.rounds)
         # Dense's train function is Keras' own, traced for profiling (the Timeline put it back).
-        self._start_trials(trials, len(trials) - 1, self.model.train_function)
+        self._start_trials(trials, len(trials) - 1, {len(trials) - 1: self.model.train_function})
 
     def _trials(self, result, gradients):
         """[(label, choices, predicted seconds)] to measure, fastest predicted first: the plan
@@ -190,6 +201,10 @@ class AutoCallback(tf.keras.callbacks.Callback):
             trials.append((label, choices, seconds))
         return trials[:self.auto.trials]
 
+    def _key(self, choices):
+        """What a configuration runs, as text: equal for configurations the exchange runs alike."""
+        return DENSE if not choices else self._runs_as(choices, self._gradients)
+
     def _runs_as(self, choices, gradients):
         """What the exchange would send each tensor with, under these choices (as text)."""
         from tfcomp.exchange import Exchange  # pylint: disable=import-outside-toplevel
@@ -199,21 +214,25 @@ class AutoCallback(tf.keras.callbacks.Callback):
         return json.dumps(exchange.choices([(s, d) for _, s, d in gradients], [n for n, _, _ in gradients]),
                           sort_keys=True, default=str)
 
-    def _start_trials(self, trials, dense, dense_function=None):
+    def _start_trials(self, trials, dense, traced=None, audit=None, steps=None):
         """Runs [(label, choices, predicted seconds)] interleaved (tfcomp.auto_trials); dense:
-        the index of the dense one, whose train function is dense_function, or None (a run
-        resumed in its trials: then the one trial runs already, and the dense steps profiled
-        before the restart are the reference)."""
-        configs = [{"label": label, "choices": choices, "predicted_ms": 1e3 * seconds, "function": None,
-                    "variables": None, "visited": False} for label, choices, seconds in trials]
+        the index of the dense one, or None (a run resumed in its trials: then the one trial
+        runs already, and the dense steps profiled before the restart are the reference).
+        traced: {index: a train function traced before, or a config kept from earlier trials};
+        audit: None for trials that decide, else what the audit checks ({"kept", "index", "step"})."""
+        configs = [{"label": label, "choices": choices, "predicted_ms": None if seconds is None else 1e3 * seconds,
+                    "function": None, "variables": None, "visited": False} for label, choices, seconds in trials]
+        for index, earlier in (traced or {}).items():
+            if isinstance(earlier, dict):
+                configs[index].update(function=earlier["function"], variables=earlier["variables"])
+            else:
+                configs[index]["function"] = earlier
         running, first_skip = None, auto_trials.SETTLE_STEPS
-        if dense is not None:
-            configs[dense]["function"] = dense_function
-        else:
+        if dense is None:
             running, first_skip = 0, self.auto.warmup_steps  # its train function is traced at its first step
             configs[0].update(function=self.model.train_function, visited=True)
-        self._measuring = {"configs": configs, "dense": dense, "at": -1, "running": running,
-                           "blocks": auto_trials.schedule(len(configs), dense, self.auto.check_steps,
+        self._measuring = {"configs": configs, "dense": dense, "at": -1, "running": running, "audit": audit,
+                           "blocks": auto_trials.schedule(len(configs), dense, steps or self.auto.check_steps,
                                                           self.auto.rounds)}
         self._next_block(first_skip)
 
@@ -229,9 +248,13 @@ class AutoCallback(tf.keras.callbacks.Callback):
         skip = first_skip if measuring["at"] == 0 else 0
         if block.config != measuring["running"]:
             config = measuring["configs"][block.config]
-            self.auto.decide(PLANNED, config["choices"], record=not config["visited"], trial=config["label"],
-                             **dict(self._decision, predicted_ms=config["predicted_ms"]))
-            if not config["visited"] and config["choices"]:
+            if measuring["audit"] is not None:  # saved as such: a run resumed in it goes back to the kept one
+                self.auto.decide(PLANNED, config["choices"], record=False, trial=config["label"],
+                                 audit_of=measuring["audit"]["kept"])
+            else:
+                self.auto.decide(PLANNED, config["choices"], record=not config["visited"], trial=config["label"],
+                                 **dict(self._decision, predicted_ms=config["predicted_ms"]))
+            if not config["visited"] and config["choices"] and measuring["audit"] is None:
                 logging.info("tfcomp.Auto: measuring %s (%d tensors compressed)\n%s", config["label"],
                              len(config["choices"]), self._table(self._gradients))
             config["visited"] = True
@@ -293,9 +316,21 @@ class AutoCallback(tf.keras.callbacks.Callback):
         configs, dense = measuring["configs"], measuring["dense"]
         blocks = measuring["blocks"]
         block_ms = [1e3 * t for t in auto.workers.mean([statistics.median(b.times) for b in blocks])]
+        reference_ms = None if measuring["audit"] is not None else auto.decision["dense_ms"]
         # Without a dense trial (resumed in the trials), the dense steps profiled before are the reference.
-        results = auto_trials.verdict(len(configs), blocks, block_ms, dense, reference_ms=auto.decision["dense_ms"])
+        results = auto_trials.verdict(len(configs), blocks, block_ms, dense, reference_ms=reference_ms)
         trials = [{"label": c["label"], "predicted_ms": c["predicted_ms"], **r} for c, r in zip(configs, results)]
+        if measuring["audit"] is not None:
+            self._finish_audit(measuring, trials)
+            return
+        self._keep_fastest(measuring, trials)
+        self._traced.update((self._key(c["choices"]), c) for c in configs if c["function"] is not None)
+        if auto.audit_steps:
+            self._start_audit()
+
+    def _keep_fastest(self, measuring, trials):
+        """Keeps the fastest trial against dense if it beat dense by the margin, else dense."""
+        auto, configs, dense = self.auto, measuring["configs"], measuring["dense"]
         dense_ms = trials[dense]["ms"] if dense is not None else auto.decision["dense_ms"]
         compressed = [i for i, c in enumerate(configs) if c["choices"]]
         best = min(compressed, key=lambda i: trials[i]["vs_dense"]) if compressed else None
@@ -331,6 +366,56 @@ class AutoCallback(tf.keras.callbacks.Callback):
         self._window = []
         logging.info("tfcomp.Auto: keeping %s: %.1f ms/step, %.2fx dense's steps in the same rounds (%.1f ms)%s",
                      kept["label"], kept["ms"], kept["vs_dense"], dense_ms, "; switched back to it" if switch else "")
+
+    # ---- audit
+
+    def _start_audit(self):
+        """The configuration just kept, dense and every single candidate, timed interleaved."""
+        auto = self.auto
+        names = [name for name, _, _ in self._gradients]
+        options = [(DENSE, {})] + [(label, {name: label for name in names}) for label in auto.candidates]
+        options.append(("plan", dict(auto.choices)))  # only if it runs as none of the others does
+        configs, keys = [], []
+        for label, choices in options:
+            key = self._key(choices)
+            if key not in keys:
+                keys.append(key)
+                configs.append((label, choices, self._predicted.get(label)))
+        kept = keys.index(self._key(auto.choices))
+        now = int(self.model.optimizer.iterations.numpy())
+        logging.info("tfcomp.Auto: auditing its choice (%s) against %s, %d steps each in %d rounds",
+                     configs[kept][0], ", ".join(c[0] for i, c in enumerate(configs) if i != kept),
+                     auto.audit_steps, auto.rounds)
+        saved = {k: v for k, v in auto.saved().items() if k != "candidates"}
+        self._start_trials(configs, 0, {i: self._traced[k] for i, k in enumerate(keys) if k in self._traced},
+                           audit={"kept": saved, "index": kept, "step": now}, steps=auto.audit_steps)
+
+    def _finish_audit(self, measuring, trials):
+        auto, audit = self.auto, measuring["audit"]
+        kept = audit["kept"]
+        self._traced.update((self._key(c["choices"]), c) for c in measuring["configs"] if c["function"] is not None)
+        summary = auto_trials.regret(trials, audit["index"])
+        now = int(self.model.optimizer.iterations.numpy())
+        auto.decide(kept["phase"], kept["choices"], record=False, **kept["decision"])
+        config = measuring["configs"][audit["index"]]
+        skip = self._run(config) if measuring["running"] != audit["index"] else 0
+        auto.history.append({"phase": AUDIT, "step": now, "started_step": audit["step"], "settled_step": now + skip,
+                             "kept": config["label"], "fastest": trials[summary["fastest"]]["label"],
+                             "regret": summary["regret"], "vs_dense": summary["vs_dense"], "trials": trials})
+        logging.info("tfcomp.Auto audit: %s; the kept %s at %.2fx dense's steps, %+.1f%% against the fastest (%s)",
+                     ", ".join("{} {:.1f} ms ({:.2f}x)".format(t["label"], t["ms"], t["vs_dense"]) for t in trials),
+                     config["label"], summary["vs_dense"], 100 * summary["regret"], trials[summary["fastest"]]["label"])
+
+    def _leave_audit(self):
+        """Resumed during an audit: back to the configuration kept, without finishing it. Not
+        before the first step has run what the checkpoint holds: its compressor state is
+        restored when that step's trace creates it, and checked against what runs then."""
+        self._leaving_audit = False
+        kept = self.auto.decision["audit_of"]
+        logging.info("tfcomp.Auto: resumed during its audit; back to the configuration kept (%s, %d tensors "
+                     "compressed), the audit left unfinished", kept["phase"], len(kept["choices"]))
+        self.auto.decide(kept["phase"], kept["choices"], record=False, **kept["decision"])
+        self._retrace()
 
     def _watch_drift(self):
         auto = self.auto

@@ -7,7 +7,9 @@ loopback) measured 38.6, 45.5 and 47.0 ms. So every configuration runs a block i
 each of `rounds` rounds, dense first and the order reversed every other round (each
 round starts with the configuration the last one ended on, so it needs no switch),
 and a configuration's speed is the median over rounds of its block's median step
-time over dense's block median of the same round.
+time over dense's block median of the same round. An audit (Auto's audit_steps) times
+the configuration kept against every alternative the same way, and regret() says how
+far the kept one is from the fastest.
 """
 import dataclasses
 import statistics
@@ -54,3 +56,12 @@ def verdict(num_configs, blocks, block_ms, dense, reference_ms=None):
             [m / by_round[(r, dense)] for r, m in zip(rounds, mine)]
         results.append({"ms": statistics.median(mine), "vs_dense": statistics.median(ratios)})
     return results
+
+
+def regret(results, kept):
+    """How the configuration kept (an index into verdict's results) measured against
+    the fastest: {"fastest": its index, "vs_dense": the kept one's, "regret": the kept
+    one's speed against dense over the fastest's, minus 1 (0 where it is the fastest)}."""
+    fastest = min(range(len(results)), key=lambda i: results[i]["vs_dense"])
+    return {"fastest": fastest, "vs_dense": results[kept]["vs_dense"],
+            "regret": results[kept]["vs_dense"] / results[fastest]["vs_dense"] - 1}
