@@ -7,9 +7,17 @@ configuration (dense or one compressor on every tensor).
 
     python -m benchmarks.plan_regret --models=xml,resnet50 --links=unlimited,1gbit,100mbit
 
+With --auto_audit_steps, each Auto run then audits its choice: the configuration it
+kept, dense and every single candidate timed side by side in interleaved rounds of the
+same process (tfcomp.Auto's audit_steps), so that the regret compares runs of the same
+minutes rather than runs minutes or days apart; --noseparate_runs leaves out the
+separate dense, single and plan runs and reports the audits alone:
+
+    python -m benchmarks.plan_regret --noseparate_runs --auto_audit_steps=60 --repeats=3
+
 Writes OUTPUT/plans/ (each cell's plan), OUTPUT/runs.jsonl with e2e.md and its plots
 (the e2e harness's; OUTPUT/repeat<k>/ for each further --repeats), and OUTPUT/regret.md
-with regret.png. Needs root (network
+with regret.png (and audit.png from the audits). Needs root (network
 namespaces), as the e2e harness does. Step times only: the runs are too short to
 train the models to accuracy.
 """
@@ -25,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
-from benchmarks import prediction  # pylint: disable=wrong-import-position
+from benchmarks import audit_report, prediction  # pylint: disable=wrong-import-position
 from tfcomp.analysis import planner  # pylint: disable=wrong-import-position
 from tfcomp.analysis.profile import Profile  # pylint: disable=wrong-import-position
 from tfcomp.analysis.simulator import burst_seconds  # pylint: disable=wrong-import-position
@@ -52,6 +60,12 @@ flags.DEFINE_integer("repeats", 1, "Run the grid this many times (the first in O
 flags.DEFINE_string("output", "benchmarks/results/plan_regret", "Directory for the plans, runs and report.")
 flags.DEFINE_bool("plan_burst", False, "Plan with the shaped links' token bucket (tc tbf's burst, which "
                   "benchmarks.e2e's predictions model). The committed regret runs planned without it.")
+flags.DEFINE_integer("auto_audit_steps", 0, "tfcomp.Auto's audit_steps in the Auto runs: after its decision, "
+                     "the kept configuration, dense and every single candidate are timed this many steps each, "
+                     "interleaved, and the report gives the kept one's regret from them. Add the audit's steps "
+                     "(up to 6 configurations) to --auto_steps.", lower_bound=0)
+flags.DEFINE_bool("separate_runs", True, "Run dense, each single compressor and the profile's plan in runs of "
+                  "their own (false: the Auto runs alone, for their audits; needs --auto_audit_steps).")
 flags.DEFINE_bool("report_only", False, "Only rewrite OUTPUT/regret.md and regret.png from OUTPUT/runs.jsonl.")
 
 PLAN_FILE = "{model}-{workers}w-{link}.json"
@@ -99,8 +113,11 @@ def run_grid_once(out, where):
     common = [sys.executable, "-m", "benchmarks.e2e", f"--models={','.join(FLAGS.models)}", f"--size={FLAGS.size}",
               f"--engines={FLAGS.engine}", f"--workers={','.join(FLAGS.workers)}", f"--links={','.join(FLAGS.links)}",
               f"--warmup={FLAGS.warmup}", "--timeline_steps=5", f"--output={where}"]
-    for compressors, steps in (([DENSE, *FLAGS.compressors, plan_spec(out)], FLAGS.steps), ([AUTO], FLAGS.auto_steps)):
-        command = [*common, f"--compressors={','.join(compressors)}", f"--steps={steps}", f"--eval_every={steps + 1}"]
+    runs = [([DENSE, *FLAGS.compressors, plan_spec(out)], FLAGS.steps, [])] if FLAGS.separate_runs else []
+    runs.append(([AUTO], FLAGS.auto_steps, [f"--auto_audit_steps={FLAGS.auto_audit_steps}"]))
+    for compressors, steps, extra in runs:
+        command = [*common, f"--compressors={','.join(compressors)}", f"--steps={steps}", f"--eval_every={steps + 1}",
+                   *extra]
         print(" ".join(command[1:]), flush=True)
         subprocess.run(command, check=True)
 
@@ -235,9 +252,13 @@ def write_report(out, command):
                                  start=1) if (where / "runs.jsonl").exists()
                for line in (where / "runs.jsonl").read_text().splitlines() if line.strip()]
     rows = regret_rows(*cells(records, out / "plans"))
-    (out / "regret.md").write_text(markdown(rows, command))
+    audits = audit_report.rows(records)
+    text = markdown(rows, command) if rows else f"# tfcomp.Auto's audits\n\nCommand: `{command}`\n"
+    (out / "regret.md").write_text(text + audit_report.markdown(audits))
     if rows:
         plot(out / "regret.png", rows)
+    if audits:
+        audit_report.plot(out / "audit.png", audits)
     print(f"\n{out / 'regret.md'}", flush=True)
 
 
@@ -245,8 +266,11 @@ def main(argv):
     del argv
     out = pathlib.Path(FLAGS.output)
     command = "python -m benchmarks.plan_regret " + " ".join(a for a in sys.argv[1:] if not a.startswith("--report"))
+    if not FLAGS.separate_runs and not FLAGS.auto_audit_steps:
+        raise app.UsageError("--noseparate_runs measures with the Auto runs' audits: give --auto_audit_steps")
     if not FLAGS.report_only:
-        make_plans(out)
+        if FLAGS.separate_runs:
+            make_plans(out)
         run_grid(out)
     write_report(out, command)
 

@@ -2,7 +2,7 @@
 of its own repeat."""
 import pytest
 
-from benchmarks import plan_regret
+from benchmarks import audit_report, plan_regret
 
 
 def record(repeat, compression, step_ms, settled=None, phase="dense"):
@@ -26,3 +26,32 @@ def test_auto_is_compared_with_the_dense_run_of_its_own_repeat(tmp_path):
     assert row["auto_vs_dense_each"] == pytest.approx([40.0 / 41.0, 50.0 / 52.0, 44.0 / 40.0])  # in repeat order
     table = plan_regret.markdown([row], "cmd")
     assert "| 1.07x | 0.98x / 0.96x / 1.10x |" in table
+
+
+def audited(repeat, kept, ratios, link="1gbit"):
+    """An Auto run whose audit measured {label: steps over dense's}; the fastest is found."""
+    trials = [{"label": label, "ms": 40.0 * x, "vs_dense": x} for label, x in ratios.items()]
+    fastest = min(trials, key=lambda t: t["vs_dense"])
+    history = [{"phase": "dense", "compressed": 0},
+               {"phase": "audit", "kept": kept, "fastest": fastest["label"], "trials": trials,
+                "vs_dense": ratios[kept], "regret": ratios[kept] / fastest["vs_dense"] - 1}]
+    return {"model": "xml", "workers": 2, "link": link, "compression": "auto", "status": "ok", "repeat": repeat,
+            "step_ms": 50.0, "auto": {"phase": "dense", "history": history}}
+
+
+def test_the_audits_give_each_repeats_regret_side_by_side_and_their_median():
+    power = "PowerSGD(matrix_approximation_rank=4)"
+    records = [audited(1, power, {"dense": 1.0, power: 0.50, "FP16()": 0.70}),
+               audited(2, power, {"dense": 1.0, power: 0.55, "FP16()": 0.52}),
+               audited(3, "dense", {"dense": 1.0, power: 1.02, "FP16()": 0.99}),
+               audited(1, "dense", {"dense": 1.0, power: 1.3}, link="unlimited") | {"status": "failed"}]
+    (row,) = audit_report.rows(records)  # the failed run counts nowhere
+    assert row["kept"] == ["PowerSGD", "PowerSGD", "dense"] and row["fastest"] == ["PowerSGD", "FP16", "FP16"]
+    assert row["regret_each"] == pytest.approx([0.0, 0.55 / 0.52 - 1, 1 / 0.99 - 1])
+    assert row["regret"] == pytest.approx(1 / 0.99 - 1)
+    assert row["vs_dense_each"] == pytest.approx([2.0, 1 / 0.55, 1.0])
+    assert row["speedups"]["PowerSGD"] == pytest.approx(1 / 0.55) and row["speedups"]["dense"] == 1.0
+    table = audit_report.markdown([row])
+    assert "| PowerSGD / PowerSGD / dense | PowerSGD / FP16 / FP16 | +0.0% / +5.8% / +1.0% | +1.0% |" in table
+    assert "Median regret within 5% in 1 of 1 cells" in table and "single runs within it in 2 of 3" in table
+    assert "more than 2% slower than dense side by side: 0 of 3" in table
