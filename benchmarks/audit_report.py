@@ -5,10 +5,7 @@ writes this beside its regret table; the cross-run comparison there sets runs mi
 or days apart against each other, which on a shared machine can differ by 10-30%."""
 import statistics
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from benchmarks import speedup_bars
 
 AUDIT = "audit"  # tfcomp.auto.AUDIT, without importing TensorFlow
 REGRET_TARGET, SLOWDOWN_TARGET = 0.05, 0.02
@@ -74,21 +71,8 @@ def markdown(audit_rows):
 
 def plot(path, audit_rows):
     labels = sorted({label for r in audit_rows for label in r["speedups"]}, key=lambda c: (c != "dense", c))
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(audit_rows)), 4))
-    width = 0.8 / len(labels)
-    for k, label in enumerate(labels):
-        ax.bar([i + k * width for i in range(len(audit_rows))], [r["speedups"].get(label, 0) for r in audit_rows],
-               width, label=label)
-    ax.scatter([i + 0.4 - width / 2 for i in range(len(audit_rows))],
-               [statistics.median(r["vs_dense_each"]) for r in audit_rows], marker="*", s=120, color="black",
-               zorder=3, label="Auto's choice")
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(audit_rows))],
-                  [f"{r['model']}\n{r['link']}" for r in audit_rows], fontsize=8)
-    ax.set_ylabel("speed-up over dense, side by side")
-    ax.set_yscale("log")
-    ax.set_title("tfcomp.Auto's audits: every configuration in interleaved rounds of one run", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    speedup_bars.plot(path, [f"{r['model']}\n{r['link']}" for r in audit_rows],
+                      [(label, [r["speedups"].get(label, 0) for r in audit_rows]) for label in labels],
+                      "speed-up over dense, side by side",
+                      stars=("Auto's choice", [statistics.median(r["vs_dense_each"]) for r in audit_rows]),
+                      title="tfcomp.Auto's audits: every configuration in interleaved rounds of one run")

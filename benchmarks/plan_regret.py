@@ -27,16 +27,12 @@ import statistics
 import subprocess
 import sys
 
-import matplotlib
+from absl import app, flags
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-from absl import app, flags  # pylint: disable=wrong-import-position
-
-from benchmarks import audit_report, prediction  # pylint: disable=wrong-import-position
-from tfcomp.analysis import planner  # pylint: disable=wrong-import-position
-from tfcomp.analysis.profile import Profile  # pylint: disable=wrong-import-position
-from tfcomp.analysis.simulator import burst_seconds  # pylint: disable=wrong-import-position
+from benchmarks import audit_report, prediction, speedup_bars
+from tfcomp.analysis import planner
+from tfcomp.analysis.profile import Profile
+from tfcomp.analysis.simulator import burst_seconds
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["xml", "resnet50"], "Models of models/registry.py.")
@@ -226,24 +222,12 @@ def markdown(rows, command):
 
 
 def plot(path, rows):
-    labels = [f"{r['model']}\n{r['link']}" for r in rows]
     compressors = sorted({c for r in rows for c in r["singles"] if c != DENSE})
     series = [(c, [r["dense_ms"] / r["singles"][c] if c in r["singles"] else 0 for r in rows]) for c in compressors]
     series.append(("plan", [r.get("vs_dense", 0) for r in rows]))
     series.append(("Auto (settled)", [r.get("auto_vs_dense", 0) for r in rows]))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
-    width = 0.8 / len(series)
-    for k, (label, values) in enumerate(series):
-        ax.bar([i + k * width for i in range(len(rows))], values, width, label=label,
-               color={"plan": "black", "Auto (settled)": "dimgrey"}.get(label))
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], labels, fontsize=8)
-    ax.set_ylabel("step speed-up over dense (measured)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    speedup_bars.plot(path, [f"{r['model']}\n{r['link']}" for r in rows], series,
+                      "step speed-up over dense (measured)", colors={"plan": "black", "Auto (settled)": "dimgrey"})
 
 
 def write_report(out, command):
@@ -262,10 +246,21 @@ def write_report(out, command):
     print(f"\n{out / 'regret.md'}", flush=True)
 
 
+def recorded_command(report):
+    """The command an earlier report names, or None."""
+    if report.exists():
+        for line in report.read_text().splitlines():
+            if line.startswith("Command: `") and line.endswith("`"):
+                return line[len("Command: `"):-1]
+    return None
+
+
 def main(argv):
     del argv
     out = pathlib.Path(FLAGS.output)
     command = "python -m benchmarks.plan_regret " + " ".join(a for a in sys.argv[1:] if not a.startswith("--report"))
+    if FLAGS.report_only:  # the report names the command that made the runs, not this one
+        command = recorded_command(out / "regret.md") or command
     if not FLAGS.separate_runs and not FLAGS.auto_audit_steps:
         raise app.UsageError("--noseparate_runs measures with the Auto runs' audits: give --auto_audit_steps")
     if not FLAGS.report_only:

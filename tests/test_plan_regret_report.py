@@ -55,3 +55,10 @@ def test_the_audits_give_each_repeats_regret_side_by_side_and_their_median():
     assert "| PowerSGD / PowerSGD / dense | PowerSGD / FP16 / FP16 | +0.0% / +5.8% / +1.0% | +1.0% |" in table
     assert "Median regret within 5% in 1 of 1 cells" in table and "single runs within it in 2 of 3" in table
     assert "more than 2% slower than dense side by side: 0 of 3" in table
+
+
+def test_a_rewritten_report_keeps_the_command_that_made_the_runs(tmp_path):
+    report = tmp_path / "regret.md"
+    assert plan_regret.recorded_command(report) is None
+    report.write_text("# title\n\nCommand: `python -m benchmarks.plan_regret --repeats=3 --steps=60`\n\ntext\n")
+    assert plan_regret.recorded_command(report) == "python -m benchmarks.plan_regret --repeats=3 --steps=60"
