@@ -183,7 +183,8 @@ class AutoCallback(tf.keras.callbacks.Callback):
                                                                for label, _, s in trials),
                      auto.check_steps, auto.rounds)
         # Dense's train function is Keras' own, traced for profiling (the Timeline put it back).
-        self._start_trials(trials, len(trials) - 1, {len(trials) - 1: self.model.train_function})
+        self._start_trials(trials, len(trials) - 1,
+                           {len(trials) - 1: {"function": self.model.train_function, "variables": None}})
 
     def _trials(self, result, gradients):
         """[(label, choices, predicted seconds)] to measure, fastest predicted first: the plan
@@ -218,15 +219,12 @@ class AutoCallback(tf.keras.callbacks.Callback):
         """Runs [(label, choices, predicted seconds)] interleaved (tfcomp.auto_trials); dense:
         the index of the dense one, or None (a run resumed in its trials: then the one trial
         runs already, and the dense steps profiled before the restart are the reference).
-        traced: {index: a train function traced before, or a config kept from earlier trials};
+        traced: {index: {"function", "variables"} of a train function traced before};
         audit: None for trials that decide, else what the audit checks ({"kept", "index", "step"})."""
         configs = [{"label": label, "choices": choices, "predicted_ms": None if seconds is None else 1e3 * seconds,
                     "function": None, "variables": None, "visited": False} for label, choices, seconds in trials]
         for index, earlier in (traced or {}).items():
-            if isinstance(earlier, dict):
-                configs[index].update(function=earlier["function"], variables=earlier["variables"])
-            else:
-                configs[index]["function"] = earlier
+            configs[index].update(function=earlier["function"], variables=earlier["variables"])
         running, first_skip = None, auto_trials.SETTLE_STEPS
         if dense is None:
             running, first_skip = 0, self.auto.warmup_steps  # its train function is traced at its first step
@@ -320,11 +318,11 @@ class AutoCallback(tf.keras.callbacks.Callback):
         # Without a dense trial (resumed in the trials), the dense steps profiled before are the reference.
         results = auto_trials.verdict(len(configs), blocks, block_ms, dense, reference_ms=reference_ms)
         trials = [{"label": c["label"], "predicted_ms": c["predicted_ms"], **r} for c, r in zip(configs, results)]
+        self._traced.update((self._key(c["choices"]), c) for c in configs if c["function"] is not None)
         if measuring["audit"] is not None:
             self._finish_audit(measuring, trials)
             return
         self._keep_fastest(measuring, trials)
-        self._traced.update((self._key(c["choices"]), c) for c in configs if c["function"] is not None)
         if auto.audit_steps:
             self._start_audit()
 
@@ -375,13 +373,13 @@ class AutoCallback(tf.keras.callbacks.Callback):
         names = [name for name, _, _ in self._gradients]
         options = [(DENSE, {})] + [(label, {name: label for name in names}) for label in auto.candidates]
         options.append(("plan", dict(auto.choices)))  # only if it runs as none of the others does
+        option_keys = [self._key(choices) for _, choices in options]
         configs, keys = [], []
-        for label, choices in options:
-            key = self._key(choices)
+        for (label, choices), key in zip(options, option_keys):
             if key not in keys:
                 keys.append(key)
                 configs.append((label, choices, self._predicted.get(label)))
-        kept = keys.index(self._key(auto.choices))
+        kept = keys.index(option_keys[-1])
         now = int(self.model.optimizer.iterations.numpy())
         logging.info("tfcomp.Auto: auditing its choice (%s) against %s, %d steps each in %d rounds",
                      configs[kept][0], ", ".join(c[0] for i, c in enumerate(configs) if i != kept),
@@ -392,11 +390,9 @@ class AutoCallback(tf.keras.callbacks.Callback):
 
     def _finish_audit(self, measuring, trials):
         auto, audit = self.auto, measuring["audit"]
-        kept = audit["kept"]
-        self._traced.update((self._key(c["choices"]), c) for c in measuring["configs"] if c["function"] is not None)
         summary = auto_trials.regret(trials, audit["index"])
         now = int(self.model.optimizer.iterations.numpy())
-        auto.decide(kept["phase"], kept["choices"], record=False, **kept["decision"])
+        self._decide_kept(audit["kept"])
         config = measuring["configs"][audit["index"]]
         skip = self._run(config) if measuring["running"] != audit["index"] else 0
         auto.history.append({"phase": AUDIT, "step": now, "started_step": audit["step"], "settled_step": now + skip,
@@ -414,8 +410,12 @@ class AutoCallback(tf.keras.callbacks.Callback):
         kept = self.auto.decision["audit_of"]
         logging.info("tfcomp.Auto: resumed during its audit; back to the configuration kept (%s, %d tensors "
                      "compressed), the audit left unfinished", kept["phase"], len(kept["choices"]))
-        self.auto.decide(kept["phase"], kept["choices"], record=False, **kept["decision"])
+        self._decide_kept(kept)
         self._retrace()
+
+    def _decide_kept(self, kept):
+        """Hands the exchange the decision the audit checked (Auto.saved() without candidates)."""
+        self.auto.decide(kept["phase"], kept["choices"], record=False, **kept["decision"])
 
     def _watch_drift(self):
         auto = self.auto
