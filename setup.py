@@ -97,6 +97,8 @@ setup(
     cmdclass={"build_ext": BuildOpLibrary},
     python_requires="==3.11.*",
     # The two stacks tfcomp is tested on: requirements/base.txt and requirements/current/base.txt.
-    install_requires=["tensorflow>=2.15.1,<2.22"],
+    # absl-py: logging and the analysis command line; matplotlib: the Timeline's and the
+    # what-if sweep's plots (both import it where they plot, at the end of training).
+    install_requires=["tensorflow>=2.15.1,<2.22", "absl-py>=1.0", "numpy", "matplotlib>=3.5"],
     zip_safe=False,
 )

@@ -1,5 +1,5 @@
 """How fast the analysis command line answers, on a synthetic profile of about
---gradients gradients (tfcomp.analysis.synthetic), and how long Espresso's planner
+--gradients gradients (tfcomp.analysis.model.synthetic), and how long Espresso's planner
 takes for a 314-gradient one:
 
     python -m benchmarks.analysis_speed
@@ -27,11 +27,13 @@ import matplotlib
 import numpy as np
 from absl import app, flags
 
-from tfcomp.analysis.timing import median_s
-from tfcomp.analysis import cli, planner, whatif
-from tfcomp.analysis.costs import Link
-from tfcomp.analysis.simulator import simulate_profile
-from tfcomp.analysis.synthetic import synthetic_profile
+from tfcomp.analysis.model.timing import median_s
+from tfcomp.analysis.cli import main as cli
+from tfcomp.analysis.model import planner
+from tfcomp.analysis.cli import whatif
+from tfcomp.costs.network import Link
+from tfcomp.analysis.model.simulator import simulate_profile
+from tfcomp.analysis.model.synthetic import synthetic_profile
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "benchmarks/results", "Where analysis_speed.{md,json} go.")
@@ -109,7 +111,7 @@ def markdown(times, profile, machine_info):
     rows += [(f"planner.plan, {3 * PLAN_CONV_LAYERS + 2} gradients (ResNet-101's count; 170 MiB), 64 workers, "
               f"{gbit:g} Gbit/s, 4 compressors", times[f"plan_314_gradients_{gbit:g}gbit_s"]) for gbit in PLAN_GBPS]
     lines = ["# Speed of the analysis command line", "", f"`{command}`", "",
-             f"Synthetic profile (tfcomp.analysis.synthetic, not measured): {len(profile.model.gradients)} "
+             f"Synthetic profile (tfcomp.analysis.model.synthetic, not measured): {len(profile.model.gradients)} "
              f"gradients, {profile.model.total_bytes / 2**20:.1f} MiB, compressors {', '.join(profile.compressors)}; "
              f"tfcomp's 25 MiB buckets. Sweep: {BANDWIDTHS} bandwidths 0.1-100 Gbit/s x {len(WORKERS)} worker "
              f"counts x dense and {len(profile.compressors)} compressors. Median of {FLAGS.runs} runs "

@@ -7,7 +7,7 @@ import statistics
 
 from benchmarks import speedup_bars
 
-AUDIT = "audit"  # tfcomp.auto.AUDIT, without importing TensorFlow
+AUDIT = "audit"  # tfcomp.auto.core.AUDIT, without importing TensorFlow
 REGRET_TARGET, SLOWDOWN_TARGET = 0.05, 0.02
 
 

@@ -32,7 +32,7 @@ def for_cluster(spec, model, workers, link):
 
 def explicit(spec):
     """The spec with the main job's rank and ratio made explicit where it leaves them
-    out ('PowerSGD' -> 'PowerSGD:rank=4'), so that a profile (tfcomp.analysis.measure)
+    out ('PowerSGD' -> 'PowerSGD:rank=4'), so that a profile (tfcomp.analysis.measure.codecs)
     measures the compressor the workers run. A plan ('plan:PATH') and 'auto' are left as they are."""
     if is_plan(spec) or spec == AUTO:
         return spec

@@ -79,7 +79,7 @@ def settings(task, optimizer_name):
     "frozen_variance": ...})]}.
 
     Recommended: what a user should start from. The sparsifiers keep 10% of the elements
-    (tfcomp.optimizers.MIN_RATIO), ACPSGD runs at rank 8 (one rank-8 factor a step:
+    (tfcomp.keras.optimizers.MIN_RATIO), ACPSGD runs at rank 8 (one rank-8 factor a step:
     PowerSGD(4)'s bytes), and every error-feedback compressor starts after a
     dense epoch but EFSignSGD under SGD (its one scale per tensor, switched on after
     dense training, set the MLP back for epochs). Under SGD, momentum="auto" takes over

@@ -17,7 +17,7 @@ from typing import Callable
 import tensorflow as tf
 
 from models import digits, markov_lm
-from tfcomp.frozen_adam import FrozenVarianceAdam
+from tfcomp.keras.frozen_adam import FrozenVarianceAdam
 from tfcomp.testing.emulated_training import train
 
 

@@ -19,7 +19,7 @@ import time
 from absl import app, flags
 
 from benchmarks import harness
-from tfcomp.testing.horovod_cluster import horovodrun
+from tests.cluster.horovod_cluster import horovodrun
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["xml", "resnet50"], "Models of models/registry.py (size small).")

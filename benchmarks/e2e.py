@@ -7,7 +7,7 @@ per step, traffic, phase breakdown and time to accuracy.
 
 Every (engine, workers, link) gets its own emulated cluster (one network
 namespace per worker, veth pairs to a bridge, each link shaped both ways with
-tc tbf: tfcomp.testing.netns_cluster; needs root), first probed for the latency
+tc tbf: tests.cluster.netns_cluster; needs root), first probed for the latency
 and bandwidth its collectives actually get. Each finished run is appended to
 OUTPUT/runs.jsonl at once, so a grid that stopped resumes where it stopped (runs
 already there are skipped); OUTPUT/e2e.md and the PNG plots are rewritten from
@@ -28,11 +28,11 @@ from absl import app, flags
 
 from benchmarks import compression_specs, e2e_report, prediction
 from models import registry
-from tfcomp.analysis.costs import HALF_ALLREDUCE
-from tfcomp.analysis.link_fit import fit_link
-from tfcomp.testing import netns_cluster
-from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
-from tfcomp.testing.slow_link import emulated_link
+from tfcomp.costs.network import HALF_ALLREDUCE
+from tfcomp.analysis.model.link_fit import fit_link
+from tests.cluster import netns_cluster
+from tests.cluster.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
+from tests.cluster.slow_link import emulated_link
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["digits_mlp"], "Models of models/registry.py.")
@@ -158,7 +158,7 @@ def dense_traces(engine, work_dir, model, workers):
 def keep_traces(traces, profile_path):
     """The traces a profile was made from, gzipped beside it (PROFILE.WORKER.trace.json.gz), so
     that a change to how profiles are read from traces can be checked on the grid's own runs
-    (tfcomp.analysis.from_timeline reads them as they are)."""
+    (tfcomp.analysis.measure.from_timeline reads them as they are)."""
     for trace in traces:
         if trace.exists():
             target = profile_path.with_name(f"{profile_path.stem}.{trace.name}.gz")

@@ -13,8 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
 from benchmarks import e2e_validation  # pylint: disable=wrong-import-position
-from tfcomp.analysis import whatif  # pylint: disable=wrong-import-position
-from tfcomp.testing.netns_cluster import rate_gbps  # pylint: disable=wrong-import-position
+from tfcomp.analysis.cli import whatif  # pylint: disable=wrong-import-position
+from tests.cluster.netns_cluster import rate_gbps  # pylint: disable=wrong-import-position
 
 DENSE = "none"
 PHASES = ("forward_backward", "compress", "communicate", "decompress", "apply")

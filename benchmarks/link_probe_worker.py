@@ -1,7 +1,7 @@
-"""One worker of a link probe (tfcomp.analysis.link_probe): times the engine's own
+"""One worker of a link probe (tfcomp.analysis.measure.link_probe): times the engine's own
 allreduce and allgather (tf.distribute's collectives, or Horovod's over Gloo) over
 message sizes, and writes [(bytes per worker, median seconds)] per collective as
-JSON, for tfcomp.analysis.link_fit to turn into latency and bandwidth.
+JSON, for tfcomp.analysis.model.link_fit to turn into latency and bandwidth.
 
 --max_bytes bounds the largest message, so that a probe of a slow link stays short.
 """
@@ -10,7 +10,7 @@ import pathlib
 
 from absl import app, flags
 
-from tfcomp.analysis import link_probe
+from tfcomp.analysis.measure import link_probe
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path (with --engine=horovod: a directory for rank<r>.json).")

@@ -21,8 +21,8 @@ import time
 from absl import app, flags
 
 from benchmarks import harness, long_run_report
-from tfcomp.testing.horovod_cluster import horovodrun
-from tfcomp.testing.local_cluster import run_workers
+from tests.cluster.horovod_cluster import horovodrun
+from tests.cluster.local_cluster import run_workers
 
 FLAGS = flags.FLAGS
 ALL_COMPRESSORS = ["NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "RandomK", "DGC", "DRAGONN",

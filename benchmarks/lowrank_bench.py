@@ -18,7 +18,7 @@ import tfcomp
 from benchmarks import harness
 from tfcomp.compressors.base import TensorContext
 from tfcomp.compressors.lowrank import orthonormalize
-from tfcomp.state import CompressionState
+from tfcomp.state.variables import CompressionState
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("sizes", ["256", "1024", "2048", "4096"], "Square matrix sizes.")

@@ -23,8 +23,8 @@ from absl import app, flags
 from benchmarks import prediction
 from benchmarks.main_job_report import table, verdict
 from models import registry
-from tfcomp.testing.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
-from tfcomp.testing.netns_cluster import BURST_BYTES, emulated_cluster, rate_gbps
+from tests.cluster.launcher import BFC_ALLOCATOR, BFC_ALLOCATOR_HELP, Launcher
+from tests.cluster.netns_cluster import BURST_BYTES, emulated_cluster, rate_gbps
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "xml", "A model of models/registry.py (python -m models.registry lists them).")
@@ -100,8 +100,8 @@ def _gbps(rate):
 
 def _without_timelines_under_keras3():
     """The workers run this process's Keras: under Keras 3 there is no Timeline, so no
-    recorded profile to predict from (tfcomp.keras_in_use)."""
-    from tfcomp import keras_in_use  # pylint: disable=import-outside-toplevel  # imports TensorFlow
+    recorded profile to predict from (tfcomp.keras.version)."""
+    from tfcomp.keras import version as keras_in_use  # pylint: disable=import-outside-toplevel  # imports TensorFlow
     keras = keras_in_use.in_use()
     if keras.major < 3:
         return

@@ -15,10 +15,10 @@ import tfcomp
 from benchmarks import compression_specs
 from benchmarks.harness import StepTimes
 from models import digits, registry
-from tfcomp import keras_in_use
-from tfcomp.analysis.measure import parse_compressor
+from tfcomp.keras import version as keras_in_use
+from tfcomp.compressors.registry import parse_compressor
 from tfcomp.compressors.sparse import Sparsifier
-from tfcomp.selection import EfficiencyAwareSelection, Network
+from tfcomp.exchange.selection import EfficiencyAwareSelection, Network
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path (with --engine=horovod: a directory for rank<r>.json).")
@@ -47,7 +47,7 @@ flags.DEFINE_integer("auto_audit_steps", 0, "With --compression=auto: tfcomp.Aut
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
 def strategy_options(spec):
-    """The compressor (a spec for tfcomp.analysis.measure.parse_compressor; the main
+    """The compressor (a spec for tfcomp.analysis.measure.codecs.parse_compressor; the main
     job's ratio and rank unless given), and for the sparsifiers tensor selection
     planned for this link; 'plan:PATH' is the tfcomp.Plan that `python -m
     tfcomp.analysis plan --output=PATH` wrote, 'auto' a tfcomp.Auto() (whose

@@ -30,9 +30,9 @@ import sys
 from absl import app, flags
 
 from benchmarks import audit_report, prediction, speedup_bars
-from tfcomp.analysis import planner
-from tfcomp.analysis.profile import Profile
-from tfcomp.analysis.simulator import burst_seconds
+from tfcomp.analysis.model import planner
+from tfcomp.analysis.model.profile import Profile
+from tfcomp.analysis.model.simulator import burst_seconds
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["xml", "resnet50"], "Models of models/registry.py.")

@@ -5,9 +5,9 @@ TensorFlow in this process."""
 import json
 
 from benchmarks import compression_specs
-from tfcomp.analysis.fusion_policies import CycleFusion
-from tfcomp.analysis.profile import Profile
-from tfcomp.analysis.simulator import burst_seconds, simulate_profile
+from tfcomp.analysis.model.fusion_policies import CycleFusion
+from tfcomp.analysis.model.profile import Profile
+from tfcomp.analysis.model.simulator import burst_seconds, simulate_profile
 
 DENSE = "none"
 
@@ -36,7 +36,7 @@ def record_profile(launcher, trace, compressions, path, work_dir, name, link_pro
 def burst_bytes(link):
     """The token bucket tc tbf gives a shaped link of the harness ('unlimited': none):
     what it lets through at line rate after idle."""
-    from tfcomp.testing import netns_cluster  # pylint: disable=import-outside-toplevel
+    from tests.cluster import netns_cluster  # pylint: disable=import-outside-toplevel
     return 0.0 if link == "unlimited" else float(netns_cluster.BURST_BYTES)
 
 

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from absl import app, flags  # pylint: disable=wrong-import-position
 
 from benchmarks import compression_specs, e2e_validation, prediction  # pylint: disable=wrong-import-position
-from tfcomp.analysis.profile import Profile  # pylint: disable=wrong-import-position
+from tfcomp.analysis.model.profile import Profile  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 

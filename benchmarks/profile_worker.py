@@ -7,7 +7,7 @@ import os
 import pathlib
 import sys
 
-from tfcomp.analysis import cli
+from tfcomp.analysis.cli import main as cli
 
 
 def _expanded(argv):

@@ -15,7 +15,7 @@ import time
 
 from absl import app, flags
 
-from tfcomp.testing.local_cluster import run_workers
+from tests.cluster.local_cluster import run_workers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("compressors", ["none", "EFSignSGD", "DRAGONN"], "As the main job's --compressors.")

@@ -4,7 +4,7 @@ import tempfile
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Compression profiles (tfcomp.selection) measured by the tests stay with the tests;
+# Compression profiles (tfcomp.exchange.selection) measured by the tests stay with the tests;
 # worker processes inherit the variable. Each pytest-xdist worker has its own, as a
 # single pytest process would.
 if os.environ.get("PYTEST_XDIST_WORKER") or "TFCOMP_CACHE_DIR" not in os.environ:

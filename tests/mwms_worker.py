@@ -10,7 +10,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 import tfcomp
-from tfcomp import keras_in_use
+from tfcomp.keras import version as keras_in_use
 from tfcomp.distribute import MultiWorkerMirroredStrategy
 
 from tests.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data, mixed_plan

@@ -10,12 +10,13 @@ import sys
 
 import pytest
 
-from tfcomp.analysis import costs, synthetic
-from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, Link, Transfer
-from tfcomp.analysis.fusion_policies import BucketFusion, CycleFusion
-from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.simulator import TensorCompression, finite_check_s, simulate, simulate_profile
-from tfcomp.analysis.tables import SizeTable
+from tfcomp.costs import network as costs
+from tfcomp.analysis.model import synthetic
+from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer
+from tfcomp.analysis.model.fusion_policies import BucketFusion, CycleFusion
+from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
+from tfcomp.analysis.model.simulator import TensorCompression, finite_check_s, simulate, simulate_profile
+from tfcomp.analysis.model.tables import SizeTable
 
 MB = 1e6
 MIB = 2**20
@@ -431,8 +432,8 @@ def test_unreadable_profile_files_fail_clearly(tmp_path):
 
 def test_analysis_modules_run_without_tensorflow():
     code = ("import sys\n"
-            "import tfcomp.analysis.costs, tfcomp.analysis.profile, tfcomp.analysis.simulator\n"
-            "import tfcomp.analysis.fusion_policies, tfcomp.analysis.tables, tfcomp.analysis.from_timeline\n"
+            "import tfcomp.costs.network, tfcomp.analysis.model.profile, tfcomp.analysis.model.simulator\n"
+            "import tfcomp.analysis.model.fusion_policies, tfcomp.analysis.model.tables, tfcomp.analysis.measure.from_timeline\n"
             "assert 'tensorflow' not in sys.modules, 'tfcomp.analysis imported TensorFlow'\n")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))

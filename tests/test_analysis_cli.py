@@ -14,14 +14,17 @@ import sys
 import numpy as np
 import pytest
 
-from tfcomp.analysis import cli, cli_options, costs, whatif
-from tfcomp.analysis.costs import ALLREDUCE, Link, Transfer
-from tfcomp.analysis.fusion_policies import CycleFusion
-from tfcomp.analysis.predict import predict
-from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.simulator import simulate_profile
-from tfcomp.analysis.synthetic import synthetic_profile
-from tfcomp.analysis.tables import SizeTable
+from tfcomp.analysis.cli import main as cli
+from tfcomp.analysis.cli import options as cli_options
+from tfcomp.costs import network as costs
+from tfcomp.costs.network import ALLREDUCE, Link, Transfer
+from tfcomp.analysis.model.fusion_policies import CycleFusion
+from tfcomp.analysis.cli.predict import predict
+from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
+from tfcomp.analysis.model.simulator import simulate_profile
+from tfcomp.analysis.model.synthetic import synthetic_profile
+from tfcomp.analysis.model.tables import SizeTable
+from tfcomp.analysis.model import whatif as whatif_model
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SYNTHETIC = REPO / "tests" / "data" / "synthetic_resnet50_profile.json"
@@ -143,7 +146,7 @@ def test_whatif_writes_the_table_json_and_plots_of_its_sweep(tmp_path):
     assert iteration.shape == (2, 3, 2, 6)
     profile = Profile.load(SYNTHETIC)
     for s, speedup in enumerate((1, 2)):
-        scaled = whatif.faster_compute(profile, speedup)
+        scaled = whatif_model.faster_compute(profile, speedup)
         for c, name in enumerate(data["names"]):
             result = simulate_profile(scaled, 8, compressor=None if name == "dense" else name,
                                       link=Link.from_gbit(3, 30e-6), allgather_link=Link.from_gbit(3, 40e-6))
@@ -155,21 +158,21 @@ def test_whatif_writes_the_table_json_and_plots_of_its_sweep(tmp_path):
 
 def test_faster_compute_divides_compute_and_codec_not_links_or_vector_adds():
     profile = synthetic_profile()
-    fast = whatif.faster_compute(profile, 4)
+    fast = whatif_model.faster_compute(profile, 4)
     assert fast.model.single_step_s == pytest.approx(profile.model.single_step_s / 4)
     assert [g.ready_s for g in fast.model.gradients] == pytest.approx([g.ready_s / 4 for g in profile.model.gradients])
     assert fast.compressors["TopK"].encode(1e6) == pytest.approx(profile.compressors["TopK"].encode(1e6) / 4)
     assert fast.compressors["TopK"].decode(1e6) == pytest.approx(profile.compressors["TopK"].decode(1e6) / 4)
     assert fast.allreduce == profile.allreduce and fast.addest(1e6) == profile.addest(1e6)
-    assert whatif.faster_compute(profile, 1) is profile
+    assert whatif_model.faster_compute(profile, 1) is profile
     scanned = dataclasses.replace(profile, finite_scan=SizeTable([(1e4, 1e-5), (1e7, 4e-3)]))
-    assert whatif.faster_compute(scanned, 4).finite_scan(1e6) == pytest.approx(scanned.finite_scan(1e6) / 4)
+    assert whatif_model.faster_compute(scanned, 4).finite_scan(1e6) == pytest.approx(scanned.finite_scan(1e6) / 4)
 
 
 def test_whatif_and_predict_put_the_finite_check_before_compressed_steps_only():
     profile = dataclasses.replace(synthetic_profile(), finite_scan=SizeTable([(1e4, 1e-4), (1e7, 4e-3)]))
-    plain = whatif.sweep(synthetic_profile(), [1.0, 10.0], [2, 8], ["TopK"])
-    checked = whatif.sweep(profile, [1.0, 10.0], [2, 8], ["TopK"])
+    plain = whatif_model.sweep(synthetic_profile(), [1.0, 10.0], [2, 8], ["TopK"])
+    checked = whatif_model.sweep(profile, [1.0, 10.0], [2, 8], ["TopK"])
     assert np.array_equal(checked.iteration_s[:, 0], plain.iteration_s[:, 0])  # dense: the engine's own allreduce
     assert np.all(checked.iteration_s[:, 1] > plain.iteration_s[:, 1])
     link, gather = cli_options.links(profile, 1.0)
@@ -221,7 +224,7 @@ def test_whatif_crossover_is_where_the_cost_model_says(fixed_profile_path, tmp_p
     ([2.0, 1.5, 1.2, 1.0], []),
 ])
 def test_crossovers_interpolate_in_log_bandwidth(speedup, expected):
-    found = whatif.crossovers([1, 10, 100, 1000], speedup)
+    found = whatif_model.crossovers([1, 10, 100, 1000], speedup)
     assert [side for _, side in found] == [side for _, side in expected]
     assert [gbps for gbps, _ in found] == pytest.approx([gbps for gbps, _ in expected])
 
@@ -231,7 +234,7 @@ def test_a_sweep_of_a_thousand_configurations_is_cheap():
     a sweep gone quadratic: 1,000 configurations of the 161-gradient profile."""
     profile = synthetic_profile()
     bandwidths = list(np.logspace(-1, 2, 25))
-    result = whatif.sweep(profile, bandwidths, [2, 4, 8, 16, 32, 64, 128, 256], ["FP16", "PowerSGD", "TopK",
+    result = whatif_model.sweep(profile, bandwidths, [2, 4, 8, 16, 32, 64, 128, 256], ["FP16", "PowerSGD", "TopK",
                                                                                  "SignSGD"])
     assert result.configurations == 1000
     assert np.all((result.scaling_factor > 0) & (result.scaling_factor <= 1))
@@ -312,7 +315,7 @@ def test_the_committed_synthetic_profile_is_synthetic_profile():
 
 def test_the_command_line_runs_without_tensorflow(tmp_path):
     code = ("import sys\n"
-            "from tfcomp.analysis import cli\n"
+            "from tfcomp.analysis.cli import main as cli\n"
             f"assert cli.main(['x', 'whatif', '--profile={SYNTHETIC}', '--output={tmp_path}', '--workers=2',\n"
             "                  '--bandwidths_gbps=1,10', '--compressors=TopK']) == 0\n"
             "assert 'matplotlib' in sys.modules\n"
@@ -326,7 +329,7 @@ def test_predict_imports_neither_numpy_nor_absl_app(tmp_path):
     2-core session machine (numpy's import alone took about 60 ms there, absl.app's 20 ms)."""
     missing = tmp_path / "missing.json"
     code = ("import sys\n"
-            "from tfcomp.analysis import cli\n"
+            "from tfcomp.analysis.cli import main as cli\n"
             f"assert cli.main(['x', 'predict', '--profile={SYNTHETIC}', '--workers=8', '--compressor=TopK']) == 0\n"
             f"assert cli.main(['x', 'predict', '--profile={missing}', '--workers=8']) == 1\n"
             "loaded = [m for m in ('numpy', 'absl.app', 'matplotlib', 'tensorflow') if m in sys.modules]\n"

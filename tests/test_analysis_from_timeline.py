@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tfcomp.analysis import from_timeline
+from tfcomp.analysis.measure import from_timeline
 from tfcomp.callbacks import trace
 from tfcomp.callbacks.segments import Segment, StepRecord
 

@@ -10,12 +10,16 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.analysis import cli, costs, link_probe, measure
-from tfcomp.analysis.costs import HALF_ALLREDUCE
-from tfcomp.analysis.predict import predict
-from tfcomp.analysis.profile import Profile
+from tfcomp.compressors import registry
+from tfcomp.analysis.cli import main as cli
+from tfcomp.costs import network as costs
+from tfcomp.analysis.measure import link_probe
+from tfcomp.analysis.measure import codecs as measure
+from tfcomp.costs.network import HALF_ALLREDUCE
+from tfcomp.analysis.cli.predict import predict
+from tfcomp.analysis.model.profile import Profile
 from tfcomp.callbacks import Timeline
-from tfcomp.testing.local_cluster import run_workers
+from tests.cluster.local_cluster import run_workers
 
 
 @pytest.mark.parametrize("compressor, shape, expected", [
@@ -61,15 +65,15 @@ def test_codec_times_are_measured_and_zero_where_the_compressor_does_not_apply()
 
 
 def test_compressor_specs_are_parsed_or_refused():
-    powersgd = measure.parse_compressor("PowerSGD:rank=3")
+    powersgd = registry.parse_compressor("PowerSGD:rank=3")
     assert isinstance(powersgd, tfcomp.PowerSGD) and powersgd.matrix_approximation_rank == 3
-    assert measure.parse_compressor("DGC:ratio=0.001").ratio == 0.001
+    assert registry.parse_compressor("DGC:ratio=0.001").ratio == 0.001
     with pytest.raises(ValueError, match="no tfcomp compressor 'Zip'"):
-        measure.parse_compressor("Zip")
+        registry.parse_compressor("Zip")
     with pytest.raises(ValueError, match="name=value"):
-        measure.parse_compressor("DGC:0.1")
+        registry.parse_compressor("DGC:0.1")
     with pytest.raises(ValueError, match="'TopK:rnak=2'"):
-        measure.parse_compressor("TopK:rnak=2")
+        registry.parse_compressor("TopK:rnak=2")
 
 
 def test_under_sgd_the_compressors_are_measured_with_the_velocity_they_take_over():

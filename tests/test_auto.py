@@ -10,14 +10,14 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.analysis.profile import Profile
-from tfcomp.auto import AUDIT, DENSE, PLANNED, PROFILING
-from tfcomp.exchange import Exchange
-from tfcomp.state import CompressionState
+from tfcomp.analysis.model.profile import Profile
+from tfcomp.auto.core import AUDIT, DENSE, PLANNED, PROFILING
+from tfcomp.exchange.step import Exchange
+from tfcomp.state.variables import CompressionState
 from tfcomp.testing import Emulator
-from tfcomp.testing.horovod_cluster import horovodrun
-from tfcomp.testing.local_cluster import run_workers
-from tfcomp.testing.slow_link import emulated_link
+from tests.cluster.horovod_cluster import horovodrun
+from tests.cluster.local_cluster import run_workers
+from tests.cluster.slow_link import emulated_link
 from workload import assert_identical_weights
 
 PROFILE = "benchmarks/results/e2e/validation-small/profiles/tf.distribute-2w-1gbit-resnet50.json"
@@ -80,7 +80,7 @@ def test_one_auto_per_exchange_and_no_tensor_selection():
     with pytest.raises(ValueError, match="already decides for another"):
         Exchange(auto)
     with pytest.raises(ValueError, match="tensor selection does not apply to tfcomp.Auto"):
-        Exchange(tfcomp.Auto(), selection=tfcomp.selection.EfficiencyAwareSelection())
+        Exchange(tfcomp.Auto(), selection=tfcomp.exchange.selection.EfficiencyAwareSelection())
     with pytest.raises(ValueError, match="only a tfcomp.Auto exchange"):
         Exchange(tfcomp.FP16()).use(tfcomp.NoCompression())
 

@@ -2,7 +2,7 @@
 dense block of the same round, and an audit's regret."""
 import pytest
 
-from tfcomp.auto_trials import Block, regret, schedule, verdict
+from tfcomp.auto.trials import Block, regret, schedule, verdict
 
 
 def test_rounds_start_with_dense_and_every_other_round_runs_reversed():

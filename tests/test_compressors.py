@@ -4,9 +4,9 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp import fusion
+from tfcomp.exchange import fusion
 from tfcomp.compressors import Collective, Compressor, Payload, PayloadSpec, Round, TensorContext, resolve
-from tfcomp.exchange import Exchange
+from tfcomp.exchange.step import Exchange
 from tfcomp.testing import Emulator
 
 SHAPES = [(40, 50), (50,), (3, 3, 4, 8), (7, 33)]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import tfcomp
-from tfcomp import keras_in_use
-from tfcomp.testing import processes
-from tfcomp.testing.local_cluster import run_workers
+from tfcomp.keras import version as keras_in_use
+from tests.cluster import processes
+from tests.cluster.local_cluster import run_workers
 from workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
 
 STEPS = 32

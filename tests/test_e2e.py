@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from tfcomp.analysis import from_timeline
-from tfcomp.analysis.profile import Profile
-from tfcomp.testing import netns_cluster
-from tfcomp.testing.local_cluster import ROOT
-from tfcomp.testing.processes import running
+from tfcomp.analysis.measure import from_timeline
+from tfcomp.analysis.model.profile import Profile
+from tests.cluster import netns_cluster
+from tests.cluster.local_cluster import ROOT
+from tests.cluster.processes import running
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 

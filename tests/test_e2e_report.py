@@ -77,7 +77,7 @@ def test_bad_link_is_refused():
 def test_every_flag_of_the_harness_is_in_its_help():
     import subprocess  # pylint: disable=import-outside-toplevel
     import sys  # pylint: disable=import-outside-toplevel
-    from tfcomp.testing.local_cluster import ROOT  # pylint: disable=import-outside-toplevel
+    from tests.cluster.local_cluster import ROOT  # pylint: disable=import-outside-toplevel
     out = subprocess.run([sys.executable, "-m", "benchmarks.e2e", "--help"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)  # absl's --help exits 1
     assert "End-to-end benchmark" in out.stdout, out.stderr[-2000:]

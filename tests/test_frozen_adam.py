@@ -4,7 +4,8 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.exchange import Exchange
+from tfcomp.exchange.step import Exchange
+from tfcomp.keras.optimizers import bind_exchange
 
 LR, BETA_1, BETA_2, EPSILON = 0.01, 0.9, 0.999, 1e-7
 
@@ -89,26 +90,26 @@ def test_bad_arguments_are_clear_errors(options, match):
 
 def test_the_exchange_freezes_the_variance_where_compression_starts():
     optimizer = tfcomp.FrozenVarianceAdam()
-    Exchange(tfcomp.EFSignSGD, warmup_steps=30).bind_optimizer(optimizer)
+    bind_exchange(Exchange(tfcomp.EFSignSGD, warmup_steps=30), optimizer)
     assert optimizer.variance_steps == 30
     given = tfcomp.FrozenVarianceAdam(variance_steps=12)
-    Exchange(tfcomp.EFSignSGD, warmup_steps=30).bind_optimizer(given)
+    bind_exchange(Exchange(tfcomp.EFSignSGD, warmup_steps=30), given)
     assert given.variance_steps == 12  # the user's own choice stands
 
 
 def test_an_exchange_without_a_dense_warmup_is_refused():
     with pytest.raises(ValueError, match="warmup_steps="):
-        Exchange(tfcomp.EFSignSGD).bind_optimizer(tfcomp.FrozenVarianceAdam())
+        bind_exchange(Exchange(tfcomp.EFSignSGD), tfcomp.FrozenVarianceAdam())
     with pytest.raises(ValueError, match="variance_steps="):
-        Exchange(tfcomp.Auto()).bind_optimizer(tfcomp.FrozenVarianceAdam())
+        bind_exchange(Exchange(tfcomp.Auto()), tfcomp.FrozenVarianceAdam())
 
 
 def test_efsignsgd_compresses_the_first_moment_and_the_sparsifiers_the_gradient():
     for compressor, momentum in ((tfcomp.EFSignSGD(), BETA_1), (tfcomp.TopK(0.1), "auto"),
                                  (tfcomp.DGC(0.1), "auto")):
         exchange = Exchange(compressor, warmup_steps=5)
-        exchange.bind_optimizer(tfcomp.FrozenVarianceAdam(beta_1=BETA_1))
+        bind_exchange(exchange, tfcomp.FrozenVarianceAdam(beta_1=BETA_1))
         assert exchange.compressor.momentum == momentum, exchange.compressor
     plain = Exchange(tfcomp.EFSignSGD(), warmup_steps=5)
-    plain.bind_optimizer(tf.keras.optimizers.Adam())
+    bind_exchange(plain, tf.keras.optimizers.Adam())
     assert plain.compressor.momentum == "auto"  # nothing taken over from Keras' Adam

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from tfcomp.testing import processes
-from tfcomp.testing.horovod_cluster import horovodrun
+from tests.cluster import processes
+from tests.cluster.horovod_cluster import horovodrun
 from workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
 
 STEPS = 32

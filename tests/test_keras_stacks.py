@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp import keras_in_use, ops
+from tfcomp import ops
+from tfcomp.keras import version as keras_in_use
 
 TENSORFLOW_WITH_KERAS3 = tuple(int(p) for p in tf.__version__.split(".")[:2]) >= (2, 16)
 
@@ -72,7 +73,8 @@ def test_under_real_keras3_the_ops_and_the_strategy_work():
 import numpy as np
 import tensorflow as tf
 import tfcomp
-from tfcomp import keras_in_use, ops
+from tfcomp import ops
+from tfcomp.keras import version as keras_in_use
 words, scale = ops.sign_pack(tf.constant([1.0, -2.0, 0.0]))
 print("pack", words.numpy().tolist(), round(float(scale), 4))
 print("keras", keras_in_use.in_use().name)
@@ -94,7 +96,7 @@ print("trained", losses[-1] < 0.5 * losses[0], losses)
 
 def test_the_library_for_the_installed_tensorflow_is_preferred(monkeypatch, tmp_path):
     monkeypatch.delenv("TFCOMP_OPS_LIBRARY", raising=False)
-    monkeypatch.setattr(ops, "LIBRARY_PATH", tmp_path / "_tfcomp_ops.so")
+    monkeypatch.setattr(ops.loader, "LIBRARY_PATH", tmp_path / "_tfcomp_ops.so")
     assert ops.library_path() == tmp_path / "_tfcomp_ops.so"
     versioned = tmp_path / f"_tfcomp_ops.tf{tf.__version__}.so"
     versioned.write_bytes(b"")

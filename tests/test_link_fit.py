@@ -1,8 +1,8 @@
-"""tfcomp.analysis.link_fit: a link's latency and bandwidth recovered from timed collectives."""
+"""tfcomp.analysis.model.link_fit: a link's latency and bandwidth recovered from timed collectives."""
 import pytest
 
-from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, COLLECTIVE_COSTS, Link
-from tfcomp.analysis.link_fit import fit_link
+from tfcomp.costs.network import ALLGATHER, ALLREDUCE, COLLECTIVE_COSTS, Link
+from tfcomp.analysis.model.link_fit import fit_link
 
 SIZES = [4 ** e for e in range(5, 13)]
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from benchmarks import long_run_report
-from tfcomp.testing.local_cluster import ROOT
+from tests.cluster.local_cluster import ROOT
 
 STEPS, WARMUP, WINDOW = 150, 50, 50
 # At 150 steps RSS still settles (allocator pools, gRPC buffers); 2,000-step runs hold it to 5%.

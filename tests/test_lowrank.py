@@ -8,7 +8,7 @@ import tensorflow as tf
 import tfcomp
 from tfcomp.compressors.base import TensorContext
 from tfcomp.compressors.lowrank import matrix_shape, orthonormalize
-from tfcomp.exchange import Exchange
+from tfcomp.exchange.step import Exchange
 from tfcomp.testing import Emulator
 
 SHAPE = (64, 48)

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks.main_job_report import verdict
-from tfcomp.testing.local_cluster import ROOT
+from tests.cluster.local_cluster import ROOT
 
 
 @pytest.mark.parametrize("engine", ["tf.distribute", pytest.param("horovod", marks=pytest.mark.horovod)])

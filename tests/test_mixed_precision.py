@@ -6,8 +6,8 @@ identical on every worker."""
 import numpy as np
 import pytest
 
-from tfcomp.testing.horovod_cluster import horovodrun
-from tfcomp.testing.local_cluster import run_workers
+from tests.cluster.horovod_cluster import horovodrun
+from tests.cluster.local_cluster import run_workers
 from workload import BATCHES_PER_EPOCH, assert_identical_weights
 
 POISON_BATCHES = [3, 5]  # of every epoch of 8 batches

@@ -2,8 +2,8 @@
 cores (no root needed; tests/test_e2e.py runs workers on a real cluster)."""
 import pytest
 
-from tfcomp.testing import netns_cluster
-from tfcomp.testing.launcher import Launcher
+from tests.cluster import netns_cluster
+from tests.cluster.launcher import Launcher
 
 
 @pytest.mark.parametrize("workers, available, expected", [

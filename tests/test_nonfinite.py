@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.exchange import FINITE_FLAG_BYTES, Exchange
+from tfcomp.exchange.step import FINITE_FLAG_BYTES, Exchange
 from tfcomp.testing import Emulator
 
 SHAPES = [(256, 128), (128,), (3, 3, 8, 16)]

@@ -1,4 +1,4 @@
-"""tfcomp.peers.PeerWatch between this process and a real peer process, without TensorFlow."""
+"""tfcomp.engines.peers.PeerWatch between this process and a real peer process, without TensorFlow."""
 import subprocess
 import sys
 import time
@@ -6,12 +6,12 @@ import time
 import pytest
 import tensorflow as tf
 
-from tfcomp import peers
-from tfcomp.testing.local_cluster import ROOT
+from tfcomp.engines import peers
+from tests.cluster.local_cluster import ROOT
 
 PEER = """
 import os, signal, sys
-from tfcomp import peers
+from tfcomp.engines import peers
 listener, _ = peers.listen()
 workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "there", os.getpid())]
 peers.PeerWatch(1, workers, listener, ["127.0.0.1", "127.0.0.1"], [int(sys.argv[1]), 0])

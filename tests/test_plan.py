@@ -6,13 +6,14 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp import agreement
-from tfcomp.analysis.measure import parse_compressor
-from tfcomp.exchange import FINITE_FLAG_BYTES, Exchange
-from tfcomp.state import state_of
+from tfcomp.engines import agreement
+from tfcomp.compressors.registry import parse_compressor
+from tfcomp.exchange.step import FINITE_FLAG_BYTES, Exchange
+from tfcomp.state.variables import state_of
 from tfcomp.testing import Emulator
-from tfcomp.testing.horovod_cluster import horovodrun
-from tfcomp.testing.local_cluster import run_workers
+from tfcomp.keras.optimizers import bind_exchange
+from tests.cluster.horovod_cluster import horovodrun
+from tests.cluster.local_cluster import run_workers
 from workload import PLAN_MIN_COMPRESS_ELEMENTS, assert_identical_weights, mixed_plan
 
 K = 2
@@ -117,7 +118,7 @@ def test_selection_is_off_under_a_plan_and_refused_when_asked_for():
     assert Exchange(tfcomp.Plan({}, default=tfcomp.DRAGONN(0.01))).selection is None
     assert Exchange(tfcomp.Plan({}), selection=False).selection is None
     with pytest.raises(ValueError, match="tensor selection does not apply to a tfcomp.Plan"):
-        Exchange(tfcomp.Plan({}), selection=tfcomp.selection.EfficiencyAwareSelection())
+        Exchange(tfcomp.Plan({}), selection=tfcomp.exchange.selection.EfficiencyAwareSelection())
 
 
 def test_warmup_is_the_longest_of_the_plans_compressors():
@@ -147,7 +148,7 @@ def test_payload_bytes_are_the_sum_of_each_tensors_compressor():
 
 def run_steps(compression, names, steps, optimizer):
     emu = Emulator(K, compression, min_compress_elements=1, selection=False)
-    emu.exchange.bind_optimizer(optimizer)
+    bind_exchange(emu.exchange, optimizer)
     outputs = [emu.step(gradients(step, names), names) for step in range(steps)]
     return emu, outputs
 
@@ -187,7 +188,7 @@ def test_momentum_auto_is_resolved_for_every_compressor_of_the_plan():
     p = tfcomp.Plan({"a": tfcomp.EFSignSGD(), "b": tfcomp.DGC(0.1), "c": tfcomp.PowerSGD(2)},
                     default=tfcomp.TopK(0.1, momentum=None))
     ex = Exchange(p, min_compress_elements=1)
-    ex.bind_optimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9))
+    bind_exchange(ex, tf.keras.optimizers.SGD(0.1, momentum=0.9))
     assert ex.configured is p and ex.compressor is not p
     assert ex.compressor.choose("a").momentum == 0.9 and ex.compressor.choose("b").momentum == 0.9
     assert ex.compressor.choose("d").momentum is None  # taken as given
@@ -195,12 +196,12 @@ def test_momentum_auto_is_resolved_for_every_compressor_of_the_plan():
     specs = ex.state_specs([((32, 32), tf.float32)] * 4, ["a", "b", "c", "d"], K)
     assert set(specs["a"]) == set(specs["b"]) == {"residual", "velocity", "handed_off"}
     assert set(specs["c"]) == {"p", "q", "residual"} and set(specs["d"]) == {"residual"}
-    ex.bind_optimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9))  # the same again: fine
+    bind_exchange(ex, tf.keras.optimizers.SGD(0.1, momentum=0.9))  # the same again: fine
     with pytest.raises(ValueError, match="per optimizer"):
-        ex.bind_optimizer(tf.keras.optimizers.SGD(0.1, momentum=0.5))
+        bind_exchange(ex, tf.keras.optimizers.SGD(0.1, momentum=0.5))
     twice = Exchange(tfcomp.Plan({"a": tfcomp.EFSignSGD(momentum=0.9)}))
     with pytest.raises(ValueError, match="momentum=0"):
-        twice.bind_optimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9))
+        bind_exchange(twice, tf.keras.optimizers.SGD(0.1, momentum=0.9))
 
 
 def test_workers_with_different_plans_disagree_at_construction():
@@ -328,9 +329,9 @@ PROFILE = "benchmarks/results/e2e/validation-small/profiles/tf.distribute-2w-1gb
 
 def planned(tmp_path, gbit):
     """What `python -m tfcomp.analysis plan --output` writes for a committed ResNet-50 profile."""
-    from tfcomp.analysis import planner  # pylint: disable=import-outside-toplevel
-    from tfcomp.analysis.costs import Link  # pylint: disable=import-outside-toplevel
-    from tfcomp.analysis.profile import Profile  # pylint: disable=import-outside-toplevel
+    from tfcomp.analysis.model import planner  # pylint: disable=import-outside-toplevel
+    from tfcomp.costs.network import Link  # pylint: disable=import-outside-toplevel
+    from tfcomp.analysis.model.profile import Profile  # pylint: disable=import-outside-toplevel
     result = planner.plan(Profile.load(PROFILE), 2, link=Link.from_gbit(gbit))
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(result.to_dict()))

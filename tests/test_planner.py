@@ -1,4 +1,4 @@
-"""Espresso's planner (tfcomp.analysis.planner) against the paper's invariants
+"""Espresso's planner (tfcomp.analysis.model.planner) against the paper's invariants
 (seed-notes.md 5.9) and against brute force on instances small enough to enumerate.
 No TensorFlow: a few seconds."""
 import itertools
@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from tfcomp.analysis import planner
-from tfcomp.analysis.costs import ALLGATHER, ALLREDUCE, Link, Transfer
-from tfcomp.analysis.fusion_policies import BucketFusion, CycleFusion
-from tfcomp.analysis.planner import DENSE
-from tfcomp.analysis.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.simulator import TensorCompression, simulate, tensor_compression
-from tfcomp.analysis.synthetic import synthetic_profile
-from tfcomp.analysis.tables import SizeTable
+from tfcomp.analysis.model import planner
+from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer
+from tfcomp.analysis.model.fusion_policies import BucketFusion, CycleFusion
+from tfcomp.analysis.model.planner import DENSE
+from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
+from tfcomp.analysis.model.simulator import TensorCompression, simulate, tensor_compression
+from tfcomp.analysis.model.synthetic import synthetic_profile
+from tfcomp.analysis.model.tables import SizeTable
 from tests.test_analysis_cli import run_cli
 
 MIB = 2**20

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from benchmarks import prediction_repeats
-from tfcomp.analysis.costs import Link
-from tfcomp.analysis.profile import Profile
-from tfcomp.analysis.synthetic import synthetic_profile
+from tfcomp.costs.network import Link
+from tfcomp.analysis.model.profile import Profile
+from tfcomp.analysis.model.synthetic import synthetic_profile
 
 
 def record(compression, step_ms, link="1gbit", status="ok"):

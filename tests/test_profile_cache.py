@@ -1,4 +1,4 @@
-"""The compression-profile cache (tfcomp.profile_cache through CompressionProfile.cached):
+"""The compression-profile cache (tfcomp.exchange.profile_cache through CompressionProfile.cached):
 unusable files are reported and measured again, concurrent writers leave a valid file."""
 import json
 import logging
@@ -12,8 +12,8 @@ import textwrap
 import pytest
 
 import tfcomp
-from tfcomp import profile_cache
-from tfcomp.selection import PROFILE_SIZES, CompressionProfile
+from tfcomp.exchange import profile_cache
+from tfcomp.exchange.selection import PROFILE_SIZES, CompressionProfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -148,7 +148,7 @@ def test_a_directory_in_place_of_the_file_is_reported_and_measured(tmp_path, fak
 _MEASURE_AT_ONCE = textwrap.dedent("""
     import json, pathlib, sys, time
     import tfcomp
-    from tfcomp.selection import CompressionProfile
+    from tfcomp.exchange.selection import CompressionProfile
 
     cache_dir, barrier, name = sys.argv[1:]
     barrier = pathlib.Path(barrier)

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import tfcomp
 from tfcomp.compressors.base import TensorContext
-from tfcomp.exchange import FINITE_FLAG_BYTES
+from tfcomp.exchange.step import FINITE_FLAG_BYTES
 from tfcomp.testing import Emulator
 
 SHAPE = (120, 250)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfcomp.state import CompressionState
+from tfcomp.state.variables import CompressionState
 
 SPECS = {"dense/kernel:0": {"residual": ((3, 4), tf.float32), "q": ((4, 2), tf.float32)}}
 

@@ -14,10 +14,10 @@ import tfcomp
 from tfcomp.callbacks import PHASES, Timeline, probe
 from tfcomp.callbacks.segments import step_record
 from tfcomp.callbacks.trace import merge
-from tfcomp.exchange import FINITE_FLAG_BYTES, Exchange
-from tfcomp.state import CompressionState
+from tfcomp.exchange.step import FINITE_FLAG_BYTES, Exchange
+from tfcomp.state.variables import CompressionState
 from tfcomp.testing.emulator import Emulator
-from tfcomp.testing.local_cluster import run_workers
+from tests.cluster.local_cluster import run_workers
 
 COMPRESSORS = [None, tfcomp.NoCompression, tfcomp.FP16, tfcomp.SignSGD, tfcomp.EFSignSGD,
                tfcomp.TopK(ratio=0.1), tfcomp.RandomK(ratio=0.1), tfcomp.DGC(ratio=0.1),

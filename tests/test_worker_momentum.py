@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.optimizers import advice, sgd_momentum
+from tfcomp.keras.optimizers import advice, sgd_momentum
 from tfcomp.testing import Emulator
+from tfcomp.keras.optimizers import bind_exchange
 
 BETA = 0.9
 LR = 0.1
@@ -30,7 +31,7 @@ def gradients(step, k=2):
 
 def run(compressor, optimizer, steps=6, nonfinite_at=None):
     emu = Emulator(2, compressor, min_compress_elements=1, selection=False)
-    emu.exchange.bind_optimizer(optimizer)
+    bind_exchange(emu.exchange, optimizer)
     weights = tf.Variable(tf.zeros(SHAPE))
     for step in range(steps):
         grads = gradients(step)
@@ -65,7 +66,7 @@ def test_a_nonfinite_step_changes_no_momentum_state(make):
                          ids=["adam", "sgd_without_momentum"])
 def test_auto_is_error_feedback_on_the_gradient_without_sgd_momentum(optimizer):
     emu = Emulator(2, tfcomp.EFSignSGD, min_compress_elements=1)
-    emu.exchange.bind_optimizer(optimizer())
+    bind_exchange(emu.exchange, optimizer())
     specs = emu.exchange.state_specs([(SHAPE, tf.float32)], ["w"], 2)["w"]
     assert set(specs) == {"residual"}
 
@@ -73,7 +74,7 @@ def test_auto_is_error_feedback_on_the_gradient_without_sgd_momentum(optimizer):
 def test_the_low_rank_compressors_keep_the_optimizers_momentum_by_default():
     for compressor in (tfcomp.PowerSGD(2), tfcomp.ACPSGD(2)):
         emu = Emulator(2, compressor, min_compress_elements=1)
-        emu.exchange.bind_optimizer(tf.keras.optimizers.SGD(LR, momentum=BETA))
+        bind_exchange(emu.exchange, tf.keras.optimizers.SGD(LR, momentum=BETA))
         specs = emu.exchange.state_specs([(SHAPE, tf.float32)], ["w"], 2)["w"]
         assert "velocity" not in specs and "residual" in specs
 
@@ -81,16 +82,16 @@ def test_the_low_rank_compressors_keep_the_optimizers_momentum_by_default():
 def test_momentum_applied_twice_is_refused_with_what_to_change():
     emu = Emulator(2, tfcomp.EFSignSGD(momentum=0.9), min_compress_elements=1)
     with pytest.raises(ValueError, match="momentum=0") as raised:
-        emu.exchange.bind_optimizer(tf.keras.optimizers.SGD(LR, momentum=0.9))
+        bind_exchange(emu.exchange, tf.keras.optimizers.SGD(LR, momentum=0.9))
     assert "'auto'" in str(raised.value)
 
 
 def test_one_exchange_serves_one_momentum():
     emu = Emulator(2, tfcomp.EFSignSGD, min_compress_elements=1)
-    emu.exchange.bind_optimizer(tf.keras.optimizers.SGD(LR, momentum=0.9))
-    emu.exchange.bind_optimizer(tf.keras.optimizers.SGD(LR, momentum=0.9))  # the same again: fine
+    bind_exchange(emu.exchange, tf.keras.optimizers.SGD(LR, momentum=0.9))
+    bind_exchange(emu.exchange, tf.keras.optimizers.SGD(LR, momentum=0.9))  # the same again: fine
     with pytest.raises(ValueError, match="one strategy or DistributedOptimizer per optimizer"):
-        emu.exchange.bind_optimizer(tf.keras.optimizers.SGD(LR, momentum=0.5))
+        bind_exchange(emu.exchange, tf.keras.optimizers.SGD(LR, momentum=0.5))
 
 
 def test_sgd_momentum_is_read_through_a_loss_scale_optimizer():
@@ -109,7 +110,7 @@ def test_bad_momentum_is_rejected(momentum):
 def test_the_configured_compressor_is_what_workers_compare():
     emu = Emulator(2, tfcomp.EFSignSGD, min_compress_elements=1)
     before = emu.exchange.config()
-    emu.exchange.bind_optimizer(tf.keras.optimizers.SGD(LR, momentum=0.9))
+    bind_exchange(emu.exchange, tf.keras.optimizers.SGD(LR, momentum=0.9))
     assert emu.exchange.config() == before and before["compressor"]["momentum"] == "auto"
 
 

@@ -13,8 +13,8 @@ _COMPRESSORS = ("NoCompression", "FP16", "SignSGD", "EFSignSGD", "TopK", "Random
 _SUBMODULES = ("callbacks", "distribute")
 
 # Other names and the module that holds them.
-_CLASSES = {"Plan": "tfcomp.plan", "Auto": "tfcomp.auto", "Network": "tfcomp.selection",
-            "FrozenVarianceAdam": "tfcomp.frozen_adam"}
+_CLASSES = {"Plan": "tfcomp.plan.plan", "Auto": "tfcomp.auto.core", "Network": "tfcomp.costs.network",
+            "FrozenVarianceAdam": "tfcomp.keras.frozen_adam"}
 
 __all__ = list(_SUBMODULES + _COMPRESSORS) + list(_CLASSES)
 
@@ -24,7 +24,7 @@ def __getattr__(name):
         return getattr(importlib.import_module("tfcomp.compressors"), name)
     if name in _CLASSES:
         return getattr(importlib.import_module(_CLASSES[name]), name)
-    # Any submodule (tfcomp.exchange, tfcomp.compressors, ...), as the eager imports once made them.
+    # Any submodule (tfcomp.exchange.step, tfcomp.compressors, ...), as the eager imports once made them.
     if not name.startswith("_") and importlib.util.find_spec(f"tfcomp.{name}") is not None:
         return importlib.import_module(f"tfcomp.{name}")
     raise AttributeError(f"module 'tfcomp' has no attribute {name!r}")

@@ -1,7 +1,7 @@
-"""`python -m tfcomp.analysis`: the command line (tfcomp.analysis.cli)."""
+"""`python -m tfcomp.analysis`: the command line (tfcomp.analysis.cli.main)."""
 import sys
 
-from tfcomp.analysis import cli
+from tfcomp.analysis.cli import main as cli
 
 if __name__ == "__main__":
     sys.exit(cli.main(sys.argv))

@@ -19,38 +19,15 @@ graph.
 """
 import contextlib
 import dataclasses
-import threading
 
 import tensorflow as tf
 
-from tfcomp.fusion import nbytes
+from tfcomp.exchange import hooks
+from tfcomp.exchange.fusion import nbytes
 
 DEFAULT_CAPACITY = 4096  # slots per step: 32 KiB read per recorded step
 
-_active = None  # the Recorder of the step being traced (any thread: merge_call runs elsewhere)
-_local = threading.local()  # a per-thread override (the in-process emulator's workers)
-
-
-def current():
-    """The Recorder of the step being traced, or None."""
-    return getattr(_local, "recorder", None) or _active
-
-
-@contextlib.contextmanager
-def recording(recorder, this_thread_only=False):
-    """Makes recorder current while a step is traced (or run eagerly)."""
-    global _active  # pylint: disable=global-statement
-    if this_thread_only:
-        previous, _local.recorder = getattr(_local, "recorder", None), recorder
-    else:
-        previous, _active = _active, recorder
-    try:
-        yield recorder
-    finally:
-        if this_thread_only:
-            _local.recorder = previous
-        else:
-            _active = previous
+current = hooks.observer  # the Recorder of the step being traced, or None
 
 
 @dataclasses.dataclass
@@ -95,7 +72,7 @@ class Recorder:
         if self._eager_values is None:
             self._graph = tf.compat.v1.get_default_graph()
             self._pending.append((1, tf.timestamp()))  # the step began: runs before every other mark
-        with recording(self, this_thread_only):
+        with hooks.observing(self, this_thread_only):
             yield self
         if self._pending:  # the marks of the step's own graph, in one write at its end
             slots, stamps = zip(*self._pending)
@@ -202,7 +179,7 @@ class Recorder:
 
     def _storage(self):
         if self._variable is None:
-            from tfcomp.state import worker_local_variables  # pylint: disable=import-outside-toplevel
+            from tfcomp.state.variables import worker_local_variables  # pylint: disable=import-outside-toplevel
             with worker_local_variables():
                 self._variable = tf.Variable(tf.fill([self.capacity], tf.constant(-1.0, tf.float64)),
                                              trainable=False, name="tfcomp_timeline_marks")

@@ -6,7 +6,7 @@ import pathlib
 
 import tensorflow as tf
 
-from tfcomp import keras_in_use
+from tfcomp.keras import version as keras_in_use
 from tfcomp.callbacks import plot, probe, summary, trace
 from tfcomp.callbacks.segments import PHASES, step_record
 

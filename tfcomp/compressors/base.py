@@ -11,7 +11,6 @@ Payload shapes must be known when the step is traced (fixed capacity), so all
 workers' payloads agree, allgather needs no size exchange and tf.function
 never retraces.
 """
-import copy
 import dataclasses
 import enum
 import zlib
@@ -131,84 +130,3 @@ class Compressor:
     def __repr__(self):
         knobs = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
         return f"{type(self).__name__}({knobs})"
-
-
-AUTO = "auto"
-
-
-class WorkerMomentum:
-    """Momentum on the worker, before compression, for error-feedback compressors
-    whose aggregate is unstable under the optimizer's own momentum (EFSignSGD and
-    the sparsifiers: benchmarks/results/convergence.md). The low-rank compressors
-    default to None, as in PowerSGD's paper, and take "auto" when asked.
-
-    momentum="auto" takes over the momentum of a Keras SGD optimizer
-    that the engine sees: the worker keeps the velocity u <- beta * u + g and
-    compresses u plus the residual (error feedback on the update, DGC's momentum
-    correction), and the optimizer is handed u_t - beta * u_{t-1} of the averaged
-    u, which its own momentum turns back into exactly u_t, so the user's optimizer
-    and its checkpoints stay as they were. A number is a momentum the compressor
-    applies itself; then compile the optimizer without momentum. None: error
-    feedback on the gradient, the optimizer's momentum as it is.
-    """
-
-    def _init_momentum(self, momentum):
-        if momentum != AUTO and momentum is not None and not (
-                isinstance(momentum, (int, float)) and 0 <= momentum < 1):
-            raise ValueError(f"{type(self).__name__}: momentum must be 'auto', a number in [0, 1) or None, "
-                             f"got {momentum!r}")
-        self.momentum = momentum
-        self._handoff = False  # set by with_optimizer_momentum
-
-    @property
-    def worker_momentum(self):
-        """The momentum this compressor applies (None: none)."""
-        return None if self.momentum == AUTO else self.momentum
-
-    def with_optimizer_momentum(self, beta):
-        """A copy that takes over an SGD optimizer's momentum beta (momentum='auto')."""
-        taken = copy.copy(self)
-        taken.momentum = beta
-        taken._handoff = True  # pylint: disable=protected-access
-        return taken
-
-    def momentum_state_specs(self, shape, dtype):
-        specs = {}
-        if self.worker_momentum is not None:
-            specs["velocity"] = (tuple(shape), tf.as_dtype(dtype))
-        if self._handoff:
-            specs["handed_off"] = (tuple(shape), tf.as_dtype(dtype))
-        return specs
-
-    def corrected(self, grad, state):
-        """What is compressed: grad (or the worker's velocity) plus the residual."""
-        if self.worker_momentum is not None:
-            velocity = state["velocity"]
-            velocity.assign(self.worker_momentum * velocity + grad)
-            grad = velocity.read_value()
-        return grad + state["residual"] if "residual" in state else grad
-
-    def hand_off(self, averaged, state):
-        """What the optimizer is given for the averaged update: itself, or when the
-        optimizer's momentum was taken over, u_t - beta * u_{t-1}."""
-        if not self._handoff:
-            return averaged
-        previous = state["handed_off"]
-        given = averaged - self.worker_momentum * previous
-        with tf.control_dependencies([given]):
-            previous.assign(averaged)
-        return tf.identity(given)
-
-
-def resolve(compression):
-    """A Compressor instance from a class, an instance, or None (no compression)."""
-    from tfcomp.compressors.cast import NoCompression
-    if compression is None:
-        return NoCompression()
-    if isinstance(compression, type) and issubclass(compression, Compressor):
-        return compression()
-    if isinstance(compression, Compressor):
-        return compression
-    raise ValueError(
-        f"compression must be a tfcomp compressor class or instance (for example "
-        f"tfcomp.EFSignSGD or tfcomp.EFSignSGD()), got {compression!r}")

@@ -28,7 +28,8 @@ low_rank_takeover rows).
 import tensorflow as tf
 
 from tfcomp import ops
-from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round, WorkerMomentum
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+from tfcomp.compressors.momentum import WorkerMomentum
 
 
 def matrix_shape(shape):

@@ -6,7 +6,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfcomp import ops
-from tfcomp.compressors.base import AUTO, Collective, Compressor, Payload, PayloadSpec, Round, WorkerMomentum
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+from tfcomp.compressors.momentum import AUTO, WorkerMomentum
 
 
 def _num_words(shape):

@@ -22,7 +22,8 @@ import math
 import tensorflow as tf
 
 from tfcomp import ops
-from tfcomp.compressors.base import AUTO, Collective, Compressor, Payload, PayloadSpec, Round, WorkerMomentum
+from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+from tfcomp.compressors.momentum import AUTO, WorkerMomentum
 
 DEFAULT_RATIO = 0.001
 

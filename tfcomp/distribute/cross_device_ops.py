@@ -14,8 +14,10 @@ from tensorflow.python.ops import array_ops, math_ops
 from tensorflow.python.util import nest
 
 from tfcomp.distribute import gradient_calls
-from tfcomp import fusion, keras_in_use
-from tfcomp import state as state_lib
+from tfcomp.exchange import fusion
+from tfcomp.keras import version as keras_in_use
+from tfcomp.state import variables as state_lib
+from tfcomp.keras.optimizers import bind_exchange
 
 
 class LauncherCollectives:
@@ -48,14 +50,14 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
                 f"worker per device (for example CUDA_VISIBLE_DEVICES per process).")
         self.exchange = exchange
         self._rank = rank
-        self.peer_watch = None  # a tfcomp.peers.PeerWatch, told which step runs
+        self.peer_watch = None  # a tfcomp.engines.peers.PeerWatch, told which step runs
 
     def state_for(self, optimizer, specs, choices=None):
         """The optimizer's CompressionState, built and attached to it on first use.
 
         Attaching it restores it when the optimizer came from a checkpoint, so
         it is built (every tensor's variables) first; a checkpoint made under
-        other per-tensor choices fails (tfcomp.plan_record).
+        other per-tensor choices fails (tfcomp.state.record).
         """
         return state_lib.state_of(optimizer if optimizer is not None else self, specs, choices,
                                   device=self._devices[0], gather=self._gather_across_workers,
@@ -74,7 +76,7 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
             raise RuntimeError(f"tfcomp: {len(flat)} gradients reached the all-reduce for "
                                f"{len(call.variables)} variables; cannot match them up")
         names = [keras_in_use.tensor_name(v) for v in call.variables]
-        self.exchange.bind_optimizer(call.optimizer)
+        bind_exchange(self.exchange, call.optimizer)
         shapes = [(g.shape, g.dtype) for g in flat]
         specs = self.exchange.state_specs(shapes, names, self._group_size)
         collectives = LauncherCollectives(self._launchers[replica_id], self._options.merge(options),

@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import sys
 
-from tfcomp import keras_in_use
+from tfcomp.keras import version as keras_in_use
 
 ENGINE = "tfcomp.distribute.MultiWorkerMirroredStrategy"
 _PAIRS = "filtered_grads_and_vars"  # the aggregation's local holding the (gradient, variable) pairs

@@ -15,7 +15,7 @@ import sys
 
 import tensorflow as tf
 
-from tfcomp import keras_in_use
+from tfcomp.keras import version as keras_in_use
 
 
 def reduce(strategy, base_reduce, reduce_op, value, axis):

@@ -9,11 +9,14 @@ from tensorflow.python.distribute import cross_device_ops as cross_device_ops_li
 from tensorflow.python.eager import context
 from tensorflow.python.framework import errors
 
-from tfcomp import agreement, keras3_saving, keras_in_use, peers
+from tfcomp.engines import agreement
+from tfcomp.state import keras3 as keras3_saving
+from tfcomp.keras import version as keras_in_use
+from tfcomp.engines import peers
 from tfcomp.distribute import gradient_calls, keras3_fit
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
-from tfcomp.auto import Auto, Workers
-from tfcomp.exchange import Exchange
+from tfcomp.exchange import hooks
+from tfcomp.exchange.step import Exchange
 
 
 class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
@@ -28,20 +31,20 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         length of the timeout (tsl's PosixEnv::SchedClosureAfter), so a long
         timeout on fast steps piles up threads until thread creation fails
         (benchmarks/long_run.py: 8 threads a step on the main job).
-    watch_peers: keep a connection to every other worker (tfcomp.peers), so
+    watch_peers: keep a connection to every other worker (tfcomp.engines.peers), so
         that a worker killed mid-step fails the step on every other worker at
         once, with an error (and a log line before it) that names it and the
         step. Where a collective failed on the dead worker's connection a
         moment before, the error is that collective's, after the log line.
     exchange_options: min_compress_elements, bucket_bytes, global_seed,
-        selection, warmup_steps (see tfcomp.exchange.Exchange). Where tensor
+        selection, warmup_steps (see tfcomp.exchange.step.Exchange). Where tensor
         selection is on, the workers measure (or load) the compressor's
         compression times at construction and share their average.
     """
 
     def __init__(self, compression=None, cluster_resolver=None, communication_options=None, watch_peers=True,
                  **exchange_options):
-        if isinstance(compression, Auto):
+        if isinstance(compression, hooks.Controller):
             keras_in_use.require_keras2("tfcomp.Auto", "profiles model.fit with the Timeline, which instruments "
                                         "Keras 2's train function")
         gradient_calls.check_supported()
@@ -123,8 +126,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         agreement.share_compression_profile(self.exchange, self._mean_floats)
 
     def _serve_auto(self):
-        if self.exchange.auto is not None:
-            self.exchange.auto.workers = Workers("tf.distribute", self.cluster_resolver.task_id or 0,
+        if self.exchange.controller is not None:
+            self.exchange.controller.workers = hooks.Workers("tf.distribute", self.cluster_resolver.task_id or 0,
                                                  self.num_replicas_in_sync, self._mean_floats, self._gather_int,
                                                  strategy=self)
 

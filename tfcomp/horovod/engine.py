@@ -12,12 +12,14 @@ import tensorflow as tf
 from horovod.tensorflow.compression import Compressor as HorovodCompressor
 from horovod.tensorflow.compression import FP16Compressor, NoneCompressor
 
-from tfcomp import agreement, peers
-from tfcomp import state as state_lib
+from tfcomp.engines import agreement
+from tfcomp.engines import peers
+from tfcomp.state import variables as state_lib
 from tfcomp.compressors.cast import FP16, NoCompression
-from tfcomp.auto import Workers
-from tfcomp.exchange import Exchange
-from tfcomp.fusion import positions_by_dtype
+from tfcomp.exchange import hooks
+from tfcomp.exchange.step import Exchange
+from tfcomp.exchange.fusion import positions_by_dtype
+from tfcomp.keras.optimizers import bind_exchange
 
 ENGINE_ATTRIBUTE = "tfcomp_engine"  # where an optimizer keeps its HorovodEngine (not checkpointed)
 
@@ -82,7 +84,7 @@ class HorovodEngine:
     ranks through tfcomp's Exchange. Construct it on every rank (it compares
     the ranks' exchanges, so a rank that disagrees fails here, not in a step).
 
-    watch_peers: keep a connection to every other rank (tfcomp.peers), so that
+    watch_peers: keep a connection to every other rank (tfcomp.engines.peers), so that
     a rank killed mid-step is named, with the step, on every other rank.
     """
 
@@ -98,15 +100,15 @@ class HorovodEngine:
             agreement.check_workers_agree(self.exchange, self._gather_ints, hvd.rank(), worker_word="rank")
             agreement.share_compression_profile(self.exchange, self._average_floats)
             self.peer_watch = self._watch_peers() if watch_peers and hvd.size() > 1 else None
-        if self.exchange.auto is not None:
-            self.exchange.auto.workers = Workers("horovod", hvd.rank(), hvd.size(), self._average_floats,
+        if self.exchange.controller is not None:
+            self.exchange.controller.workers = hooks.Workers("horovod", hvd.rank(), hvd.size(), self._average_floats,
                                                  self._gather_ints)
 
     @staticmethod
     def _watch_peers():
         listener, port = peers.listen()
         host = peers.ipv4_as_int(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
-        gathered = hvd.allgather(tf.constant([[host, port, os.getpid()]], tf.int64), name="tfcomp.peers")
+        gathered = hvd.allgather(tf.constant([[host, port, os.getpid()]], tf.int64), name="tfcomp.engines.peers")
         gathered = gathered.numpy().tolist()
         hosts = [peers.int_as_ipv4(h) for h, _, _ in gathered]
         ranks = [peers.Peer(r, f"rank {r}", hosts[r], pid) for r, (_, _, pid) in enumerate(gathered)]
@@ -145,7 +147,7 @@ class HorovodEngine:
         flat = [grads[i] for i in present]
         names = [variables[i].name for i in present]
         shapes = [(g.shape, g.dtype) for g in flat]
-        self.exchange.bind_optimizer(owner)
+        bind_exchange(self.exchange, owner)
         # Each rank saves its own rows: Horovod programs checkpoint on rank 0 alone.
         state = state_lib.state_of(owner, self.exchange.state_specs(shapes, names, hvd.size()),
                                    self.exchange.choices(shapes, names),

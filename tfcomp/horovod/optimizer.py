@@ -6,8 +6,9 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 
-from tfcomp import keras_in_use
+from tfcomp.keras import version as keras_in_use
 from tfcomp.horovod.engine import ENGINE_ATTRIBUTE, HorovodEngine, LocalVariables, check_horovod_arguments
+from tfcomp.keras.optimizers import bind_exchange
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,  # pylint: disable=invalid-name
@@ -23,13 +24,13 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Compression.none / Compression.fp16. IndexedSlices gradients are sent
     dense whatever sparse_as_dense says; device_sparse is unused for that
     reason. exchange_options (min_compress_elements, bucket_bytes,
-    global_seed, selection, warmup_steps) are tfcomp.exchange.Exchange's;
-    watch_peers=False turns off the report of a lost rank (tfcomp.peers).
+    global_seed, selection, warmup_steps) are tfcomp.exchange.step.Exchange's;
+    watch_peers=False turns off the report of a lost rank (tfcomp.engines.peers).
     gradient_predivide_factor, groups and other process sets are refused.
 
     Call it on every rank after hvd.init(): it checks that all ranks run the
     same compression. The compressor state hangs on the returned optimizer as
-    `tfcomp_state`; each rank checkpoints its own (see tfcomp.state). The
+    `tfcomp_state`; each rank checkpoints its own (see tfcomp.state.variables). The
     exchange is `optimizer.tfcomp_engine` (payload_bytes(variables), ...).
     """
     # Every gradient is exchanged dense; the exchange's collectives are named by
@@ -38,7 +39,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     keras_in_use.require_keras2("tfcomp.horovod.DistributedOptimizer", "wraps Keras 2's optimizers", optimizer)
     check_horovod_arguments(op, gradient_predivide_factor, groups or num_groups, process_set)
     engine = HorovodEngine(compression, op=op, device=device_dense, **exchange_options)
-    engine.exchange.bind_optimizer(optimizer)  # momentum="auto" resolved, and any advice given, here
+    bind_exchange(engine.exchange, optimizer)  # momentum="auto" resolved, and any advice given, here
 
     class _DistributedOptimizer:
         def __init__(self, *args, **kwargs):

@@ -1,7 +1,7 @@
 """Test engines: an in-process K-worker emulator for fast semantic tests.
 
 Emulator loads on first use (PEP 562), so the TensorFlow-free helpers here
-(tfcomp.testing.netns_cluster) import without TensorFlow."""
+(tests.cluster.netns_cluster) import without TensorFlow."""
 
 __all__ = ["Emulator"]
 

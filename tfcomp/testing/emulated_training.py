@@ -13,8 +13,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfcomp import keras_in_use
+from tfcomp.keras import version as keras_in_use
 from tfcomp.testing.emulator import Emulator
+from tfcomp.keras.optimizers import bind_exchange
 
 
 @dataclasses.dataclass
@@ -46,7 +47,7 @@ def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_w
     """
     (x, y), (x_test, y_test) = data
     emulator = Emulator(num_workers, compression, **exchange_options)
-    emulator.exchange.bind_optimizer(optimizer)
+    bind_exchange(emulator.exchange, optimizer)
     variables = model.trainable_variables
     names = [keras_in_use.tensor_name(v) for v in variables]
     global_batch = batch_per_worker * num_workers

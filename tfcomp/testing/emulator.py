@@ -16,9 +16,9 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from tfcomp.exchange import Exchange
-from tfcomp.fusion import WIRE_DTYPES
-from tfcomp.state import CompressionState
+from tfcomp.exchange.step import Exchange
+from tfcomp.exchange.fusion import WIRE_DTYPES
+from tfcomp.state.variables import CompressionState
 
 
 MEETING_TIMEOUT_S = 300

@@ -1,0 +1,1 @@
+"""`python -m tfcomp.analysis`: profile, predict, whatif and plan (main dispatches)."""

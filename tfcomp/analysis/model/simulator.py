@@ -1,0 +1,358 @@
+"""Zhang et al.'s what-if simulator (seed-notes.md 3.1-3.2, P3): one worker's measured
+backward pass replayed against any link, worker count and compressor.
+
+Gradients leave as the fusion policy dispatches them. Each bucket is encoded, then
+its collectives run on one FIFO stream (alpha-beta cost, plus (N-1) AddEst(S/N) of
+vector adds for an allreduce), then it is decoded. Encoding, the collectives and
+decoding are three serial streams, so buckets pipeline through them; none of them
+slows the backward pass (P1's gamma is left out here).
+
+A gradient compressed on the compute stream (a compressor profiled on the GPU that
+trains the model: Espresso's contention, seed-notes.md 5.4) is encoded there as soon
+as it is computed, so every gradient after it is ready that much later, and decoded
+there once both its collectives and the backward pass are done. Bucket membership
+stays as the fusion policy chose it from the measured ready times.
+
+    t_sync    = when the last bucket is decoded (seconds after backward began)
+    overhead  = max(0, t_sync - t_back)
+    iteration = forward + backward + overhead + apply
+    f_sim     = single-worker step / iteration = t_batch / (t_batch + t_overhead)
+"""
+import copy
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+from tfcomp.costs.checks import check_number, check_workers
+from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer, collective_s
+from tfcomp.analysis.model.fusion_policies import BucketFusion
+from tfcomp.analysis.model.profile import CompressorProfile, ModelProfile, Profile
+from tfcomp.analysis.model.tables import SizeTable
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorCompression:
+    """What compressing one gradient costs: its transfers (one a round) and compute times;
+    on_compute_stream: encoded and decoded on the stream that computes the backward pass."""
+    transfers: Tuple[Transfer, ...]
+    encode_s: float = 0.0
+    decode_s: float = 0.0
+    on_compute_stream: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "transfers", tuple(self.transfers))
+        check_number(self.encode_s, "encode_s")
+        check_number(self.decode_s, "decode_s")
+
+    @classmethod
+    def dense(cls, nbytes):
+        """The gradient allreduced as it is."""
+        return cls((Transfer(ALLREDUCE, nbytes),))
+
+
+def compression_from_profile(compressor: CompressorProfile, model: ModelProfile):
+    """{gradient name: TensorCompression} from a compressor's measured tables."""
+    return {g.name: tensor_compression(compressor, g) for g in model.gradients}
+
+
+def tensor_compression(compressor: CompressorProfile, gradient):
+    return TensorCompression(compressor.payloads[gradient.name], compressor.encode(gradient.nbytes),
+                             compressor.decode(gradient.nbytes), on_compute_stream=compressor.device == "gpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimResult:
+    iteration_s: float
+    single_s: float  # one worker, no communication
+    scaling_factor: float  # f_sim = single_s / iteration_s, in (0, 1]
+    forward_s: float
+    backward_s: float
+    apply_s: float
+    sync_s: float  # t_sync, seconds after the backward pass began
+    exposed_s: float  # communication and compression the backward pass did not hide
+    buckets: int
+    encode_s: float  # totals over the buckets, hidden or not
+    transfer_s: float
+    vector_add_s: float
+    decode_s: float
+
+
+_NO_BYTES = 0.5  # payloads are whole bytes: less than half a byte left is float rounding, not a payload
+
+
+class BucketLoad:
+    """One dispatched bucket under a plan: its members' summed encode and decode
+    times per stream and its payload bytes per (round, collective)."""
+    __slots__ = ("ready_s", "indices", "encode_s", "decode_s", "compute_encode_s", "compute_decode_s", "wire", "half")
+
+    def __init__(self, ready_s, indices):
+        self.ready_s, self.indices = ready_s, list(indices)
+        self.clear()
+
+    def clear(self):
+        self.encode_s = self.decode_s = self.compute_encode_s = self.compute_decode_s = 0.0
+        self.wire = {}  # 2 * round + (1 for allgather, 0 for allreduce) -> bytes
+        self.half = {}  # the same keys -> the float16 bytes among them (allreduce only)
+
+    def add(self, tc: TensorCompression, sign=1.0):
+        """Counts one member's compression in (sign=-1: takes it out again)."""
+        if tc.on_compute_stream:
+            self.compute_encode_s += sign * tc.encode_s
+            self.compute_decode_s += sign * tc.decode_s
+        else:
+            self.encode_s += sign * tc.encode_s
+            self.decode_s += sign * tc.decode_s
+        for r, t in enumerate(tc.transfers):
+            key = 2 * r + (t.collective != ALLREDUCE)  # sorts by round, allreduce before allgather
+            nbytes = self.wire.get(key, 0.0) + sign * t.nbytes
+            if nbytes > _NO_BYTES:
+                self.wire[key] = nbytes
+            else:  # the last payload of this kind taken out: no collective (and no latency) left
+                self.wire.pop(key, None)
+            if t.half:
+                half = self.half.get(key, 0.0) + sign * t.nbytes
+                if half > _NO_BYTES:
+                    self.half[key] = half
+                else:
+                    self.half.pop(key, None)
+
+    def free(self):
+        """Compression costs nothing here from now on (Espresso's upper bound)."""
+        self.encode_s = self.decode_s = self.compute_encode_s = self.compute_decode_s = 0.0
+
+    def snapshot(self):
+        return (self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, dict(self.wire),
+                dict(self.half))
+
+    def restore(self, snapshot):
+        self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, self.wire, self.half = snapshot
+
+
+def no_half_extra():
+    return SizeTable.zero("float16 allreduce extra")
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """What the collectives cost: workers, a link per collective, the vector adds.
+
+    burst_s: the link's token bucket (a shaper such as tc tbf, or a cloud's burst
+    allowance), in seconds of transfer at its bandwidth: that much of the collectives'
+    bandwidth term goes through at line rate (taken as free) while the bucket holds
+    tokens, which refill at one second per second. The bucket is full when the
+    backward pass starts (the forward pass refills it). 0: a plain link.
+
+    half_extra: what an allreduce of float16 payloads costs beyond one of float32 of
+    the same bytes, per float16 bytes (Profile.half_allreduce_extra: Horovod sums
+    float16 on the CPU no faster per element than float32)."""
+    workers: int
+    allreduce: Link
+    allgather: Link
+    addest: SizeTable
+    burst_s: float = 0.0
+    start_s: float = 0.0  # no bucket leaves earlier (seconds after the backward pass began)
+    half_extra: SizeTable = dataclasses.field(default_factory=no_half_extra)
+
+    def __post_init__(self):
+        check_number(self.burst_s, "burst_s")
+        check_number(self.start_s, "start_s")
+
+    def link(self, collective):
+        return self.allreduce if collective == ALLREDUCE else self.allgather
+
+
+def bucket_loads(model: ModelProfile, plan: List[TensorCompression], fusion) -> List[BucketLoad]:
+    """The fusion policy's buckets, in dispatch order, loaded with plan (one entry per gradient)."""
+    loads = [BucketLoad(ready, indices) for ready, indices in fusion.dispatch(model.gradients)]
+    for load in loads:
+        for i in load.indices:
+            load.add(plan[i])
+    return loads
+
+
+@dataclasses.dataclass
+class Progress:
+    """The streams after some buckets of a replay: where replay can pick up again."""
+    shift: float = 0.0  # compute-stream encoding so far, in dispatch order
+    encode_free: float = 0.0
+    stream_free: float = 0.0
+    decode_free: float = 0.0
+    encode: float = 0.0
+    transfer: float = 0.0
+    vector_add: float = 0.0
+    decode: float = 0.0
+    compute_decode: tuple = ()  # (collectives done, seconds) of buckets decoded on the compute stream
+    tokens_s: Optional[float] = None  # the link's token bucket after the last collective (None: full)
+    tokens_at: float = 0.0  # when that collective ended
+
+    def same_streams(self, other):
+        return (self.stream_free == other.stream_free and self.encode_free == other.encode_free
+                and self.decode_free == other.decode_free and self.shift == other.shift
+                and self.compute_decode == other.compute_decode and self.tokens_s == other.tokens_s
+                and self.tokens_at == other.tokens_at)
+
+    def burst_through(self, shaped_s, start, burst_s):
+        """The part of shaped_s seconds of transfer, starting at `start`, that the token
+        bucket lets through at line rate; takes those tokens."""
+        if not burst_s:
+            return 0.0
+        tokens = burst_s if self.tokens_s is None else min(burst_s, self.tokens_s + start - self.tokens_at)
+        covered = min(shaped_s, tokens)
+        self.tokens_s = tokens - covered
+        return covered
+
+
+def replay(model: ModelProfile, loads: List[BucketLoad], network: Network, *, compression_ratio=1.0,
+           overlap=True, timeline=None):
+    """One step's SimResult from its loaded buckets. timeline, a list, receives
+    (start, end, bucket position) for every collective call on the stream."""
+    at = Progress()
+    sync = advance(model, loads, network, at, compression_ratio=compression_ratio, overlap=overlap,
+                   timeline=timeline)
+    exposed = max(0.0, sync - model.backward_s)
+    iteration = model.single_step_s + exposed
+    return SimResult(iteration_s=iteration, single_s=model.single_step_s,
+                     scaling_factor=model.single_step_s / iteration, forward_s=model.forward_s,
+                     backward_s=model.backward_s, apply_s=model.apply_s, sync_s=sync, exposed_s=exposed,
+                     buckets=len(loads), encode_s=at.encode, transfer_s=at.transfer,
+                     vector_add_s=at.vector_add, decode_s=at.decode)
+
+
+def advance(model, loads, network, at: Progress, *, begin=0, compression_ratio=1.0, overlap=True,
+            timeline=None, checkpoints=None, reference=None):
+    """Replays buckets begin.. on from the streams' progress `at` (updated in place);
+    returns t_sync. checkpoints, a list, receives a copy of the progress before each.
+    reference: the checkpoints of another replay of these buckets, differing before
+    bucket begin + 1 only; once the streams stand where they stood there, the rest
+    would replay alike, and advance returns None."""
+    workers = network.workers
+    for b in range(begin, len(loads)):
+        if reference is not None and b > begin and at.same_streams(reference[b]):
+            return None
+        if checkpoints is not None:
+            checkpoints.append(copy.copy(at))
+        load = loads[b]
+        at.shift += load.compute_encode_s
+        ready = max((load.ready_s + at.shift) if overlap else model.backward_s, network.start_s)
+        at.encode_free = max(ready, at.encode_free) + load.encode_s
+        done = at.encode_free
+        for key in sorted(load.wire):
+            nbytes = load.wire[key]
+            collective = ALLGATHER if key % 2 else ALLREDUCE
+            link = network.link(collective)
+            wire = collective_s(collective, nbytes / compression_ratio, workers, link)
+            adds = 0.0
+            if collective == ALLREDUCE and workers > 1:
+                adds = (workers - 1) * network.addest.seconds_at(nbytes / workers)
+                if key in load.half:
+                    adds += network.half_extra.seconds_at(load.half[key])
+            start = max(done, at.stream_free)
+            if network.burst_s:
+                wire -= at.burst_through(wire - collective_s(collective, 0.0, workers, link), start,
+                                         network.burst_s)
+            at.stream_free = done = start + wire + adds
+            if network.burst_s:
+                at.tokens_at = done
+            if timeline is not None:
+                timeline.append((start, at.stream_free, b))
+            at.transfer += wire
+            at.vector_add += adds
+        at.decode_free = max(done, at.decode_free) + load.decode_s
+        if load.compute_decode_s:
+            at.compute_decode += ((done, load.compute_decode_s),)
+        at.encode += load.encode_s + load.compute_encode_s
+        at.decode += load.decode_s + load.compute_decode_s
+    sync = max(at.encode_free, at.stream_free, at.decode_free)
+    if at.shift or at.compute_decode:
+        compute_free = model.backward_s + at.shift  # the backward pass, lengthened by compute-stream encoding
+        for done, seconds in at.compute_decode:
+            compute_free = max(done, compute_free) + seconds
+        sync = max(sync, compute_free)
+    return sync
+
+
+def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Optional[Link] = None,
+             addest: Optional[SizeTable] = None, fusion=None,
+             compression: Optional[Dict[str, TensorCompression]] = None, compression_ratio=1.0, overlap=True,
+             burst_s=0.0, start_s=0.0, half_extra: Optional[SizeTable] = None):
+    """One training step of model on `workers` workers (seed-notes.md 3.2).
+
+    link prices allreduces (and allgathers unless allgather_link is given). addest
+    is the vector-add time per size (none: free). fusion is a policy from
+    fusion_policies (default: tfcomp's 25 MiB buckets). compression gives every
+    gradient's transfers and encode/decode times; without it each gradient is
+    allreduced dense, its bandwidth term divided by compression_ratio, the vector
+    adds not (Zhang et al.'s what-if, seed-notes.md 3.1). overlap=False sends
+    everything after the backward pass (P1 Appendix B's placement).
+    """
+    workers = check_workers(workers)
+    ratio = check_number(compression_ratio, "compression_ratio", positive=True)
+    if compression is not None and ratio != 1.0:
+        raise ValueError("give either a compressor's per-tensor compression or a compression_ratio "
+                         "for dense gradients, not both")
+    if compression is not None:
+        missing = [g.name for g in model.gradients if g.name not in compression]
+        if missing:
+            raise ValueError(f"compression has no entry for gradients {missing[:5]} of model {model.name!r}")
+        plan = [compression[g.name] for g in model.gradients]
+    else:
+        plan = [TensorCompression.dense(g.nbytes) for g in model.gradients]
+    network = Network(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"), burst_s, start_s,
+                      half_extra or no_half_extra())
+    loads = bucket_loads(model, plan, fusion or BucketFusion())
+    return replay(model, loads, network, compression_ratio=ratio, overlap=overlap)
+
+
+def profile_network(profile: Profile, workers, link=None, allgather_link=None):
+    """The Network of a saved profile; link replaces the measured links (both, unless
+    allgather_link is given too)."""
+    return Network(check_workers(workers), link or profile.allreduce,
+                   allgather_link or (profile.allgather if link is None else link), profile.addest,
+                   half_extra=profile.half_allreduce_extra or no_half_extra())
+
+
+def strategy_compression(profile: Profile, choices):
+    """{gradient name: TensorCompression} of a per-gradient strategy, {gradient name:
+    profiled compressor name, or None for dense} (a planner's choices); gradients it
+    does not name go dense."""
+    compressors = {name: profile.compressor(name) for name in set(choices.values()) if name is not None}
+    return {g.name: TensorCompression.dense(g.nbytes) if choices.get(g.name) is None
+            else tensor_compression(compressors[choices[g.name]], g) for g in profile.model.gradients}
+
+
+def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=None, link=None, allgather_link=None,
+                     finite_check=False, **options):
+    """simulate() fed from a saved profile; compressor names a profiled compressor (None: dense),
+    or strategy gives each gradient its own (strategy_compression's choices). For a what-if,
+    link replaces the measured links (both, unless allgather_link is given too). finite_check:
+    the step runs tfcomp's exchange, which first checks every worker's gradients
+    (finite_check_s)."""
+    if compressor is not None and strategy is not None:
+        raise ValueError("give a compressor for every gradient or a per-gradient strategy, not both")
+    compression = None
+    if compressor is not None:
+        compression = compression_from_profile(profile.compressor(compressor), profile.model)
+    if strategy is not None:
+        compression = strategy_compression(profile, strategy)
+    network = profile_network(profile, workers, link, allgather_link)
+    if finite_check:
+        options["start_s"] = finite_check_s(profile, workers, network.allreduce)
+    return simulate(profile.model, workers, network.allreduce, allgather_link=network.allgather,
+                    addest=profile.addest, compression=compression, half_extra=network.half_extra, **options)
+
+
+def finite_check_s(profile: Profile, workers, link: Link):
+    """When tfcomp's exchange (with check_finite, its default) can send its first bucket,
+    in seconds after the backward pass began: once every gradient is computed, scanned
+    for NaN and Inf (the profile's finite_scan, per gradient), and one float32 flag is
+    allreduced among the workers."""
+    if profile.finite_scan is None:
+        raise ValueError("the profile has no finite_scan (recorded before tfcomp measured it): record it again "
+                         "to predict tfcomp's exchange with its finite check")
+    scan = sum(profile.finite_scan.seconds_at(g.nbytes) for g in profile.model.gradients)
+    flag = collective_s(ALLREDUCE, 4.0, check_workers(workers), link) if workers > 1 else 0.0
+    return profile.model.backward_s + scan + flag
+
+
+def burst_seconds(burst_bytes, link: Link):
+    """A token bucket of burst_bytes as seconds of transfer at the link's bandwidth."""
+    return check_number(burst_bytes, "burst bytes") / link.bandwidth_bytes_per_s

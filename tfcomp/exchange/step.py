@@ -1,0 +1,366 @@
+"""The gradient exchange of one step, written once for every engine:
+
+plan (compress, or send dense) -> compress -> fuse -> collectives -> unfuse ->
+finish (decompress / aggregate), repeated for multi-round compressors.
+
+An engine supplies the collectives: an object with `num_workers`,
+`allreduce(buffers)` (elementwise sums) and `allgather(buffers)` (the workers'
+1-D buffers concatenated in rank order).
+"""
+import math
+
+import tensorflow as tf
+from absl import logging
+
+from tfcomp.compressors.base import Compressor, Round, TensorContext
+from tfcomp.compressors.cast import NoCompression
+from tfcomp.compressors.registry import resolve
+from tfcomp.exchange import fusion, hooks
+from tfcomp.exchange.buckets import DEFAULT_BUCKET_BYTES
+from tfcomp.exchange.selection import EfficiencyAwareSelection
+
+DEFAULT_MIN_COMPRESS_ELEMENTS = 1024
+FINITE_FLAG_BYTES = 4  # the float32 flag every worker allreduces per step (check_finite)
+
+
+class Exchange:
+    """Averages gradients across workers with a compressor, or a compressor per
+    tensor (a tfcomp.Plan: tensors then need their names, see plan()).
+
+    Tensors that are 1-D, smaller than min_compress_elements, or not floating
+    point go dense (exact allreduce); IndexedSlices are made dense first. With
+    a selection (tfcomp.exchange.selection.EfficiencyAwareSelection; by default for
+    compressors that ask for it, such as DRAGONN; selection=False forces
+    compression; off under a Plan, which is the choice), a tensor is
+    compressed only where that saves time. The first warmup_steps steps send
+    everything dense. Dense payloads fuse into buckets
+    of bucket_bytes; compressed payloads into buckets of bucket_bytes times
+    their compression rate.
+
+    Non-finite gradients (check_finite=True): before anything is compressed,
+    the workers sum one flag, "my gradients hold a NaN or Inf". On a step
+    where any worker's do, every worker gets NaN for every floating-point
+    gradient and no compressor state changes (residuals, momentum, factors,
+    the step counter and so the phase), so Keras' LossScaleOptimizer skips
+    the step on all workers alike and error feedback is not poisoned. The
+    step counter counts exchanged steps only. Where nothing is compressed
+    (NoCompression, an all-dense plan, tfcomp.Auto while it runs dense) there
+    is no state to protect and no flag is sent: a non-finite gradient reaches
+    only its own aggregate, as under the engine's own dense allreduce, and the
+    step costs what the engine's does (benchmarks/results/dense_reference.md).
+    """
+
+    def __init__(self, compression=None, *, min_compress_elements=DEFAULT_MIN_COMPRESS_ELEMENTS,
+                 bucket_bytes=DEFAULT_BUCKET_BYTES, global_seed=0, selection=None, warmup_steps=0,
+                 check_finite=True):
+        if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be a positive number of bytes, got {bucket_bytes!r}")
+        if not isinstance(min_compress_elements, int) or min_compress_elements < 0:
+            raise ValueError(f"min_compress_elements must be an integer >= 0, got {min_compress_elements!r}")
+        if not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+        if not isinstance(check_finite, bool):
+            raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
+        self.check_finite = check_finite
+        self.min_compress_elements = min_compress_elements
+        self.bucket_bytes = bucket_bytes
+        self.global_seed = global_seed
+        self.controller = compression if isinstance(compression, hooks.Controller) else None
+        if self.controller is not None:
+            name = type(self.controller).__name__
+            if self.controller.exchange is not None:
+                raise ValueError(f"this tfcomp.{name} already decides for another strategy or optimizer; "
+                                 f"make one {name} for each")
+            if selection:
+                raise ValueError(f"tensor selection does not apply to tfcomp.{name}: its plan says what each "
+                                 f"tensor runs with; drop selection={selection!r}")
+            self.controller.exchange = self
+        self._warmup_option = warmup_steps
+        self._configure(self.controller.current() if self.controller is not None else compression, selection)
+        self.traces = 0  # how often reduce was traced (run eagerly: called)
+
+    def _configure(self, compression, selection=False):
+        # As the user made it (momentum="auto" unresolved): a compressor, or a Plan.
+        self.configured = compression if isinstance(compression, hooks.PerTensor) else resolve(compression)
+        self.compressor = self.configured  # what runs: bind_optimizer resolves momentum
+        self._bound = None
+        self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
+        self.warmup_steps = max([self._warmup_option] + [c.warmup_steps for c in self._compressors()])
+        self._said_dense = set()
+        if self.is_plan:
+            if selection:
+                raise ValueError("tensor selection does not apply to a tfcomp.Plan: the plan already says what "
+                                 f"each tensor runs with; drop selection={selection!r}")
+            selection = False
+        elif selection is None:
+            selection = EfficiencyAwareSelection() if self.compressor.efficiency_aware else False
+        self.selection = selection or None
+
+    def use(self, compression):
+        """Runs compression (a tfcomp.Plan, or NoCompression) from the next trace on:
+        tfcomp.Auto's switch. The engine's next trace binds it to the optimizer."""
+        if self.controller is None:
+            raise ValueError("only an exchange under a controller (tfcomp.Auto) changes what it runs")
+        self._configure(compression)
+
+    @property
+    def is_plan(self):
+        """Whether tensors run with compressors of their own (a tfcomp.Plan)."""
+        return isinstance(self.configured, hooks.PerTensor)
+
+    def _compressors(self):
+        return self.compressor.compressors() if self.is_plan else [self.compressor]
+
+    def config(self):
+        """Everything that must be the same on every worker."""
+        compressor = self.controller.config() if self.controller is not None else self.configured.config()
+        return {"compressor": compressor, "min_compress_elements": self.min_compress_elements,
+                "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed,
+                "warmup_steps": self.warmup_steps, "check_finite": self.check_finite,
+                "selection": self.selection.config() if self.selection else None}
+
+    def bind(self, resolve_compressor, owner):
+        """Binds the compressors to the optimizer (owner) that applies the exchanged
+        gradients: resolve_compressor(compressor) is the compressor that runs for it
+        (tfcomp.keras.optimizers.bind_exchange resolves momentum="auto" so). Engines
+        bind before state_specs. One optimizer per exchange: its momentum decides the
+        compressor state."""
+        if self.is_plan:
+            resolved = self.configured.with_compressors(resolve_compressor)
+        else:
+            resolved = resolve_compressor(self.configured)
+        if self._bound is not None and self._bound.config() != resolved.config():
+            raise ValueError(f"this exchange already runs {self._bound!r} for another optimizer; "
+                             f"{owner!r} would need {resolved!r}. Use one strategy or "
+                             "DistributedOptimizer per optimizer.")
+        if self.selection:  # worker momentum adds no compression time worth a new, unshared profile
+            self.selection.same_profile(resolved, self.configured)
+        self._bound = self.compressor = resolved
+
+    def plan(self, shape, dtype, num_workers, name=None):
+        """The compressor for a tensor of this shape and dtype among num_workers
+        (and, under a Plan, of this name)."""
+        compressor = self.eligible(shape, dtype, name)
+        if (compressor is not self.dense and self.selection
+                and not self.selection.worth_compressing(compressor, shape, dtype, num_workers)):
+            return self.dense
+        return compressor
+
+    def chosen(self, name):
+        """The compressor the user chose for tensor `name`, before any rule sends it dense."""
+        if not self.is_plan:
+            return self.compressor
+        if name is None:
+            raise ValueError("a tfcomp.Plan chooses compressors by tensor name: pass the tensors' names")
+        compressor = self.compressor.choose(name)
+        return self.dense if isinstance(compressor, NoCompression) else compressor
+
+    def eligible(self, shape, dtype, name=None):
+        """The chosen compressor, or dense where the tensor is 1-D, small, not floating
+        point or not made smaller by it (tensor selection aside)."""
+        compressor = self.chosen(name)
+        shape = tf.TensorShape(shape)
+        dtype = tf.as_dtype(dtype)
+        if (compressor is self.dense or not dtype.is_floating or shape.rank is None or shape.rank <= 1
+                or shape.num_elements() < self.min_compress_elements):
+            return self.dense
+        accepted, why = compressor.accepts(shape, dtype)
+        if not accepted:
+            self._say_dense_once(compressor, shape, why)
+            return self.dense
+        return compressor
+
+    def _say_dense_once(self, compressor, shape, why):
+        key = (type(compressor).__name__, tuple(shape.as_list()), why)
+        if key not in self._said_dense:
+            self._said_dense.add(key)
+            logging.info("tfcomp: %s sends a %s tensor dense: %s", type(compressor).__name__,
+                         "x".join(map(str, shape.as_list())), why)
+
+    def choices(self, shapes_and_dtypes, names):
+        """{tensor name: config of the compressor it runs with (None: dense)}, tensor
+        selection aside: what a checkpoint records (tfcomp.state.record)."""
+        return {name: None if c is self.dense else c.config()
+                for (shape, dtype), name in zip(shapes_and_dtypes, names)
+                for c in [self.eligible(shape, dtype, name)]}
+
+    def units(self, shapes_and_dtypes, names, num_workers):
+        """How tensors are compressed: [(positions, name, compressor)]. Compressors that
+        batch same-shape tensors (the low-rank ones) get such tensors stacked, as one
+        unit named after its members (under a Plan, tensors of the same compressor
+        only); every other tensor is a unit of its own."""
+        units, batched = [], {}
+        for i, ((shape, dtype), name) in enumerate(zip(shapes_and_dtypes, names)):
+            compressor = self.plan(shape, dtype, num_workers, name)
+            key = (tuple(tf.TensorShape(shape).as_list()), tf.as_dtype(dtype), compressor)
+            if compressor is not self.dense and compressor.batches_same_shape and key in batched:
+                batched[key][0].append(i)
+                continue
+            unit = ([i], name, compressor)
+            units.append(unit)
+            if compressor is not self.dense and compressor.batches_same_shape:
+                batched[key] = unit
+        return [(positions, name if len(positions) == 1 else "+".join(names[i] for i in positions), c)
+                for positions, name, c in units]
+
+    def state_specs(self, shapes_and_dtypes, names, num_workers):
+        """{unit name: {state name: (shape, dtype)}} of the compressor state these tensors need."""
+        shapes_and_dtypes = list(shapes_and_dtypes)
+        specs = {}
+        for positions, name, compressor in self.units(shapes_and_dtypes, names, num_workers):
+            shape, dtype = shapes_and_dtypes[positions[0]]
+            unit = compressor.state_specs(tf.TensorShape(shape), tf.as_dtype(dtype))
+            if len(positions) > 1:  # stacked: every state variable gains the batch axis
+                unit = {k: ((len(positions), *s), d) for k, (s, d) in unit.items()}
+            specs[name] = unit
+        return specs
+
+    def payload_bytes(self, shapes_and_dtypes, num_workers, names=None):
+        """Bytes one worker sends into the collectives per step (after warm-up),
+        the non-finite flag included. A Plan needs the tensors' names."""
+        shapes_and_dtypes = list(shapes_and_dtypes)
+        if names is None:
+            if self.is_plan:
+                raise ValueError("payload_bytes under a tfcomp.Plan needs the tensors' names (names=)")
+            names = [None] * len(shapes_and_dtypes)
+        compressors = [self.plan(s, d, num_workers, n) for (s, d), n in zip(shapes_and_dtypes, names)]
+        flag = FINITE_FLAG_BYTES if self._checks(compressors) else 0
+        return flag + sum(c.payload_bytes(s, d) for c, (s, d) in zip(compressors, shapes_and_dtypes))
+
+    def _checks(self, compressors):
+        """Whether the non-finite flag is sent: only where something is compressed."""
+        return self.check_finite and any(c is not self.dense for c in compressors)
+
+    def reduce(self, grads, names, state, collectives, reduce_op="mean"):
+        """The averaged (or, with reduce_op="sum", summed) gradients, in order."""
+        if reduce_op not in ("mean", "sum"):
+            raise ValueError(f"reduce_op must be 'mean' or 'sum', got {reduce_op!r}")
+        if self.controller is not None:
+            self.controller.check_can_trace()
+        self.traces += 1
+        grads = [_dense(g, n) for g, n in zip(grads, names)]
+        k = collectives.num_workers
+        shapes_and_dtypes = [(g.shape, g.dtype) for g in grads]
+        state.build(self.state_specs(shapes_and_dtypes, names, k))
+        units = self.units(shapes_and_dtypes, names, k)
+        probe = hooks.observer()  # a tfcomp.callbacks.Timeline records this step
+        if probe is not None:
+            plan = {names[i]: (type(c).__name__, c.payload_bytes(*shapes_and_dtypes[i]))
+                    for positions, _, c in units for i in positions}
+            grads = probe.gradients_ready(grads, names, plan, by_exchange=True)
+            collectives = probe.timed(collectives)
+
+        def run(units, phase=0):
+            return lambda: self._exchange(grads, names, units, state, collectives, reduce_op, phase)
+
+        # Every worker counts the same steps, so all take the same branches; a unit
+        # runs phase step % its phases (step % lcm, taken modulo its phases).
+        phases = math.lcm(*(c.phases for _, _, c in units)) if units else 1
+        compressed = run(units)
+        if phases > 1:
+            branches = [run(units, phase) for phase in range(phases)]
+            compressed = lambda: tf.switch_case(tf.cast(state.step % phases, tf.int32), branches)
+        if self.warmup_steps:
+            dense = [([i], name, self.dense) for i, name in enumerate(names)]
+            exchanged = lambda: tf.cond(state.step < self.warmup_steps, run(dense), compressed)
+        else:
+            exchanged = compressed
+        if self._checks([c for _, _, c in units]):
+            finite = all_workers_finite(grads, collectives)
+            if probe is not None:  # compression starts once the flag is known
+                finite = probe.gate(finite, probe.mark("exchange_begin", after=finite))
+            results = tf.cond(finite, exchanged, run(self._nonfinite_units(grads, names)))
+            advance = tf.cast(finite, tf.int64)
+        else:
+            results, advance = exchanged(), 1
+        if probe is not None:
+            results = probe.gate(results, probe.mark("exchange_end", after=results))
+        with tf.control_dependencies(results):
+            state.step.assign_add(advance)
+        return results
+
+    def _nonfinite_units(self, grads, names):
+        """A step with a non-finite gradient somewhere: NaN for every floating-point
+        gradient, computed locally (and the rare integer gradients averaged exactly)."""
+        return [([i], name, self.dense if not g.dtype.is_floating else _NAN_FILL)
+                for i, (g, name) in enumerate(zip(grads, names))]
+
+    def _exchange(self, grads, names, units, state, collectives, reduce_op, phase):
+        """Compresses, communicates and decompresses every unit by its plan."""
+        inputs = [grads[p[0]] if len(p) == 1 else tf.stack([grads[i] for i in p]) for p, _, _ in units]
+        pending = []
+        for u, ((positions, name, compressor), grad) in enumerate(zip(units, inputs)):
+            ctx = TensorContext(name, collectives.num_workers, state.step, self.global_seed,
+                                average=reduce_op == "mean", phase=phase % compressor.phases,
+                                batch=len(positions) if len(positions) > 1 else None,
+                                members=tuple(names[i] for i in positions))
+            pending.append((u, compressor is not self.dense, compressor.compress(grad, state.get(name), ctx)))
+        outputs = [None] * len(units)
+        probe = hooks.observer()
+        while pending:
+            returned = self._run_round(pending, inputs, collectives)
+            if probe is not None:  # decompression starts when the round's collectives are done
+                returned = probe.gate(returned, probe.mark("round_end", after=returned))
+            next_pending = []
+            for (u, compressed, rnd), payloads in zip(pending, returned):
+                out = rnd.finish(payloads)
+                if isinstance(out, Round):
+                    next_pending.append((u, compressed, out))
+                else:
+                    outputs[u] = out
+            pending = next_pending
+        results = [None] * len(grads)
+        for (positions, _, _), out in zip(units, outputs):
+            for i, part in zip(positions, [out] if len(positions) == 1 else tf.unstack(out)):
+                results[i] = part
+        return results
+
+    def _run_round(self, pending, grads, collectives):
+        """Runs one round's collectives for every pending tensor; outputs per tensor."""
+        slots = {}  # (collective, compressed) -> [(tensor position, payload index, tensor)]
+        for pos, (i, compressed, rnd) in enumerate(pending):
+            for j, payload in enumerate(rnd.payloads):
+                slots.setdefault((payload.collective, compressed), []).append((pos, j, payload.tensor))
+        outputs = [[None] * len(rnd.payloads) for _, _, rnd in pending]
+        for (kind, compressed), entries in slots.items():
+            cap = self.bucket_bytes
+            if compressed:
+                sent = sum(fusion.nbytes(t) for _, _, t in entries)
+                dense = sum(fusion.nbytes(grads[pending[pos][0]]) for pos in {p for p, _, _ in entries})
+                cap = max(1, int(self.bucket_bytes * sent / max(dense, 1)))
+            tensors = [t for _, _, t in entries]
+            for (pos, j, _), out in zip(entries, fusion.run_collective(kind, tensors, collectives, cap)):
+                outputs[pos][j] = out
+        return outputs
+
+
+def all_workers_finite(grads, collectives):
+    """True on every worker iff no worker's floating-point gradients hold a NaN or
+    Inf: one float32 flag per worker, summed by one allreduce."""
+    local = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g.dtype.is_floating]
+    if not local:
+        return tf.constant(True)
+    flag = 1.0 - tf.cast(tf.reduce_all(tf.stack(local)), tf.float32)
+    return tf.equal(collectives.allreduce([tf.reshape(flag, [1])])[0][0], 0.0)
+
+
+class _NaNFill(Compressor):
+    """What a non-finite step returns for a gradient: NaN, with no collective and no state."""
+
+    def payload_specs(self, shape, dtype):
+        return [[]]
+
+    def compress(self, grad, state, ctx):
+        return Round([], lambda _: tf.fill(tf.shape(grad), tf.constant(float("nan"), grad.dtype)))
+
+
+_NAN_FILL = _NaNFill()
+
+
+def _dense(grad, name):
+    if isinstance(grad, tf.IndexedSlices):
+        grad = tf.convert_to_tensor(grad)
+    if not grad.shape.is_fully_defined():
+        raise ValueError(f"gradient {name!r} has shape {grad.shape}: tfcomp's payloads have fixed "
+                         "capacity, so every gradient needs a fully defined static shape")
+    return grad

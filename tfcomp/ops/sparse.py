@@ -1,0 +1,58 @@
+"""Hashed threshold selection, sampled threshold and sparse decode (DRAGONN, DGC);
+custom_ops/sparse."""
+import tensorflow as tf
+
+from tfcomp.ops.loader import check_dtype, count_tensor, int_attr, integer_tensor, library, seed_tensor
+
+
+def index_dtype(num_elements):
+    """int32 indices while they fit, else int64."""
+    return tf.int32 if num_elements <= 2**31 else tf.int64
+
+
+def hash_select(g, threshold, seed, capacity, bucket_size=1):
+    """DRAGONN's hashed threshold selection over g (any shape, flattened).
+
+    Every element with |g| >= threshold (and every NaN) goes to bucket h(i) of
+    the `capacity` slots cut into buckets of `bucket_size` consecutive slots (the
+    last may be shorter), h a universal hash drawn from seed (int64[2]). A bucket
+    keeps the bucket_size largest magnitudes hashed to it, largest first
+    (float32(|g|), NaN above +Inf), ties to the larger index, on every device and
+    thread count; bucket_size=1 is a slot per element, as in DRAGONN's paper. At
+    most 2^32 elements. Returns (values[capacity], indices[capacity]); empty
+    slots are (0, -1).
+    """
+    g = tf.convert_to_tensor(g)
+    check_dtype(g.dtype, "hash_select's input")
+    capacity = int_attr(capacity, "hash_select's capacity")
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    bucket_size = int_attr(bucket_size, "hash_select's bucket_size")
+    if bucket_size < 1:
+        raise ValueError(f"bucket_size must be >= 1, got {bucket_size}")
+    n = g.shape.num_elements()
+    return library().tfcomp_hash_select(
+        g, tf.cast(threshold, g.dtype), seed_tensor(seed, "hash_select's seed"), capacity=capacity,
+        bucket_size=bucket_size, Tindex=tf.int64 if n is None else index_dtype(n))
+
+
+def sampled_threshold(g, seed, num_samples, k):
+    """DGC's threshold estimate: the k-th largest |g| among num_samples elements of
+    g (flattened) sampled in contiguous runs at offsets drawn from seed (int64[2]);
+    NaN counts as +Inf; 0 for an empty g. A scalar of g's dtype."""
+    g = tf.convert_to_tensor(g)
+    check_dtype(g.dtype, "sampled_threshold's input")
+    num_samples = int_attr(num_samples, "sampled_threshold's num_samples")
+    k = int_attr(k, "sampled_threshold's k")
+    if not 1 <= k <= num_samples:
+        raise ValueError(f"need 1 <= k <= num_samples, got k={k}, num_samples={num_samples}")
+    return library().tfcomp_sampled_threshold(g, seed_tensor(seed, "sampled_threshold's seed"),
+                                              num_samples=num_samples, k=k)
+
+
+def sparse_decode(values, indices, n):
+    """zeros(n) plus values scatter-added at indices, in order; index -1 is skipped."""
+    values = tf.convert_to_tensor(values)
+    check_dtype(values.dtype, "sparse_decode's values")
+    indices = integer_tensor(indices, "sparse_decode's indices", (tf.int32, tf.int64))
+    return library().tfcomp_sparse_decode(values, indices, count_tensor(n, "sparse_decode's n"))
