@@ -34,7 +34,7 @@ class Size:
 
 @dataclasses.dataclass(frozen=True)
 class Paper:
-    """The papers' figures (shared/reference/seed-notes.md 0.2, 0.3); None where not given."""
+    """The papers' figures (the five papers' model tables; sizes in MiB of float32 parameters); None where not given."""
     params: Optional[float]
     bytes: Optional[float]
     tensors: Optional[int]

@@ -1,5 +1,5 @@
 """compression=tfcomp.Auto(): the exchange measures, plans and applies a per-tensor
-plan itself (Espresso, seed-notes.md 5), and keeps it only while it is faster than dense.
+plan itself (Espresso: "Hi-Speed DNN Training with Espresso", Sections 4-5), and keeps it only while it is faster than dense.
 
     auto = tfcomp.Auto()
     strategy = tfcomp.distribute.MultiWorkerMirroredStrategy(compression=auto)

@@ -1,5 +1,5 @@
 """Agarwal et al.'s closed-form communication costs and step-time models
-(seed-notes.md sections 1.1 to 1.3; P1 section 4.1 and Appendix B).
+(Agarwal et al., "On the Utility of Gradient Compression in Distributed Training Systems": Table 1, Eq. (1), Section 4.1 and Appendix B).
 
 Units throughout: bytes, seconds, bytes per second. A Link's bandwidth is in
 bytes/s, so 10 Gbit/s is 1.25e9 (Link.from_gbit).
@@ -38,16 +38,16 @@ class Link:
 
 def transmission_time(nbytes, link):
     """nbytes sent once over the link, nbytes / BW: how P3 quotes a whole model's
-    transmission time at 100 Gbit/s (seed-notes.md 0.2 and 3.3)."""
+    transmission time at 100 Gbit/s (Zhang et al., Section 3, with model sizes in MiB)."""
     return check_number(nbytes, "nbytes") / link.bandwidth_bytes_per_s
 
 
-# P1 Table 1 and Eq. (1), seed-notes.md 1.1. With one worker there is nothing to
+# Agarwal et al., Table 1 and Eq. (1). With one worker there is nothing to
 # exchange, so every collective costs 0 (the PS and allgather forms would say 2*alpha).
 
 def ring_allreduce(nbytes, p, link):
     """Eq. (1): 2 alpha (p-1) + 2 b (p-1) / (p BW). The 2 on alpha is as Eq. (1) writes it,
-    though Appendix C measures alpha as a small allreduce's time over (p-1) (seed-notes.md 1.4)."""
+    though Appendix C measures alpha as a small allreduce's time over (p-1)."""
     return _ring_allreduce_s(check_number(nbytes, "nbytes"), check_workers(p), link)
 
 
@@ -141,7 +141,7 @@ class Transfer:
 
 def bucket_split(model_bytes, bucket_bytes):
     """(k, b_last): model_bytes = (k-1) * bucket_bytes + b_last, 0 < b_last <= bucket_bytes
-    (seed-notes.md 1.2, implementation notes)."""
+    (Agarwal et al., Section 4.1)."""
     model_bytes = check_number(model_bytes, "model_bytes", positive=True)
     bucket_bytes = check_number(bucket_bytes, "bucket_bytes", positive=True)
     k = math.ceil(model_bytes / bucket_bytes)
@@ -150,7 +150,7 @@ def bucket_split(model_bytes, bucket_bytes):
 
 def syncsgd_time(t_comp, model_bytes, p, link, bucket_bytes, gamma=1.0):
     """Backward pass plus synchronisation of dense syncSGD with buckets and overlap, P1 section 4.1
-    (seed-notes.md 1.2): T_obs = max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last),
+    (Agarwal et al., Section 4.1): T_obs = max(gamma T_comp, (k-1) T_comm(b)) + T_comm(b_last),
     T_comm the ring allreduce of Eq. (1)."""
     t_comp = check_number(t_comp, "t_comp (backward seconds)")
     gamma = check_number(gamma, "gamma (backward slowdown under overlap)", positive=True)
@@ -161,7 +161,7 @@ def syncsgd_time(t_comp, model_bytes, p, link, bucket_bytes, gamma=1.0):
 
 def compressed_time(t_comp, t_encode_decode, transfers, p, link, allgather_link=None):
     """Compression after the backward pass, payloads in one bucket per transfer, P1 Appendix B
-    (seed-notes.md 1.3): T_obs = T_comp + T_encode-decode + sum of T_comm over the transfers
+    (Agarwal et al., Appendix B): T_obs = T_comp + T_encode-decode + sum of T_comm over the transfers
     (PowerSGD: P then Q; MSTop-K: values and indices)."""
     t_comp = check_number(t_comp, "t_comp (backward seconds)")
     t_encode_decode = check_number(t_encode_decode, "t_encode_decode (seconds)")
@@ -169,7 +169,7 @@ def compressed_time(t_comp, t_encode_decode, transfers, p, link, allgather_link=
 
 
 # What each of tfcomp's compressor families sends per step for one float32 tensor
-# (seed-notes.md 1.3 and 2.1; sizes as tfcomp's payload_specs make them).
+# (Agarwal et al., Appendix B; the ACP-SGD paper, Section II; sizes as tfcomp's payload_specs make them).
 
 FLOAT32_BYTES = 4
 

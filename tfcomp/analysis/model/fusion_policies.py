@@ -1,5 +1,5 @@
 """When gradients leave for the collective stream, and in which groups: the fusion
-policies the what-if simulator replays (seed-notes.md 3.2).
+policies the what-if simulator replays (Zhang et al., "Is Network the Bottleneck of Distributed Training?", Section 3).
 
 A policy maps gradients (each with nbytes and ready_s, in backward order) to a
 list of (dispatch time, [gradient indices]) in dispatch order.
@@ -32,7 +32,7 @@ class BucketFusion:
 class CycleFusion:
     """Horovod-like: every cycle_s the gradients that became ready in the last cycle leave,
     packed into buffers of at most buffer_bytes. Zhang et al. leave open whether the 5 ms
-    window is periodic or runs from the first buffered gradient (seed-notes.md 3.2, [ABSENT]);
+    window is periodic or runs from the first buffered gradient (the paper does not say which);
     this is Horovod's periodic cycle."""
     cycle_s: float = HOROVOD_CYCLE_S
     buffer_bytes: float = HOROVOD_FUSION_BYTES

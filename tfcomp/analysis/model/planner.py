@@ -1,11 +1,11 @@
-"""Espresso's per-tensor compression strategy (seed-notes.md 5.5-5.6, P5): for every
+"""Espresso's per-tensor compression strategy ("Hi-Speed DNN Training with Espresso", Algorithms 1 and 2): for every
 gradient, send it dense or compress it with one of the profiled compressors, chosen
 by F(S), the iteration time the what-if simulator replays for the whole strategy S,
 never by a tensor's communication or compression time alone.
 
 Algorithm 1 (GPU decisions): gradients by size, largest first, equal sizes the one
 ready later in the backward pass first (Espresso's "closer to the output layer",
-seed-notes.md 5.5); each takes the best of {its current choice, every option} with
+Espresso's Algorithm 1); each takes the best of {its current choice, every option} with
 the others fixed; after every decision the uncompressed gradients communicated
 before the stream's last bubble are dropped, since compressing them only widens it.
 

@@ -1,9 +1,9 @@
 """The inputs of the analysis tools, measured once and kept as one versioned JSON file:
 the model (forward, backward and apply times; each gradient's size and ready time in
 backward order), the links (alpha and bandwidth per collective), the vector-add cost
-(Zhang's AddEst, seed-notes.md 3.1), the cost of tfcomp's exchange's finite check per
+(Zhang et al.'s AddEst, Section 3), the cost of tfcomp's exchange's finite check per
 size, and each compressor's encode and decode time per size and payload per gradient
-(seed-notes.md 1.3-1.4)."""
+(Agarwal et al., Appendices B and C)."""
 import dataclasses
 import json
 import math

@@ -1,4 +1,4 @@
-"""Zhang et al.'s what-if simulator (seed-notes.md 3.1-3.2, P3): one worker's measured
+"""Zhang et al.'s what-if simulator (Zhang et al., "Is Network the Bottleneck of Distributed Training?", Section 3): one worker's measured
 backward pass replayed against any link, worker count and compressor.
 
 Gradients leave as the fusion policy dispatches them. Each bucket is encoded, then
@@ -8,7 +8,7 @@ decoding are three serial streams, so buckets pipeline through them; none of the
 slows the backward pass (P1's gamma is left out here).
 
 A gradient compressed on the compute stream (a compressor profiled on the GPU that
-trains the model: Espresso's contention, seed-notes.md 5.4) is encoded there as soon
+trains the model: Espresso's contention, its Section 4 timeline models) is encoded there as soon
 as it is computed, so every gradient after it is ready that much later, and decoded
 there once both its collectives and the backward pass are done. Bucket membership
 stays as the fusion policy chose it from the measured ready times.
@@ -274,14 +274,14 @@ def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Option
              addest: Optional[SizeTable] = None, fusion=None,
              compression: Optional[Dict[str, TensorCompression]] = None, compression_ratio=1.0, overlap=True,
              burst_s=0.0, start_s=0.0, half_extra: Optional[SizeTable] = None):
-    """One training step of model on `workers` workers (seed-notes.md 3.2).
+    """One training step of model on `workers` workers (Zhang et al., Section 3's simulator).
 
     link prices allreduces (and allgathers unless allgather_link is given). addest
     is the vector-add time per size (none: free). fusion is a policy from
     fusion_policies (default: tfcomp's 25 MiB buckets). compression gives every
     gradient's transfers and encode/decode times; without it each gradient is
     allreduced dense, its bandwidth term divided by compression_ratio, the vector
-    adds not (Zhang et al.'s what-if, seed-notes.md 3.1). overlap=False sends
+    adds not (Zhang et al.'s what-if, Section 3). overlap=False sends
     everything after the backward pass (P1 Appendix B's placement).
     """
     workers = check_workers(workers)

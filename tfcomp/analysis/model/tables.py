@@ -1,5 +1,5 @@
 """Seconds as a function of bytes, from a few measurements: Zhang et al.'s AddEst
-(seed-notes.md 3.1: vector-add time, linearly interpolated) and the per-size
+(Zhang et al.'s AddEst: vector-add time, linearly interpolated) and the per-size
 encode and decode times of a compressor. Plain Python: `python -m tfcomp.analysis
 predict` imports no numpy, so that it answers as a fresh process in under 100 ms."""
 import bisect
