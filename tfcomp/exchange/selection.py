@@ -8,10 +8,8 @@ give 2/K, not 1/K, and this module uses the formulas themselves. The
 compression time (encode and decode) is measured once per compressor over a
 range of sizes on this machine (cached on disk) and interpolated.
 """
-import bisect
 import hashlib
 import json
-import math
 import os
 import pathlib
 import platform
@@ -22,6 +20,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfcomp.costs.network import Network
+from tfcomp.costs.tables import SizeTable
 from tfcomp.exchange import profile_cache
 from tfcomp.compressors.base import Collective, TensorContext
 
@@ -45,26 +44,18 @@ def compressed_seconds(compressor, shape, dtype, num_workers, network):
     return total
 
 
-class CompressionProfile:
-    """Encode + decode seconds of one compressor as a function of tensor size."""
+class CompressionProfile(SizeTable):
+    """Encode + decode seconds of one compressor by tensor size in elements: a
+    tfcomp.costs.tables.SizeTable (piecewise linear between measured sizes, linear
+    in size beyond), measured on this machine and cached."""
 
     def __init__(self, sizes, seconds):
         if len(sizes) != len(seconds) or not sizes:
             raise ValueError("a profile needs one time per size")
-        self.sizes = list(sizes)
-        self.seconds = [float(s) for s in seconds]
+        super().__init__(list(zip(sizes, seconds)), "compression profile")
 
     def time(self, num_elements):
-        """Interpolated linearly in log-log between measured sizes, linear in size beyond."""
-        sizes, seconds = self.sizes, self.seconds
-        if num_elements <= sizes[0]:
-            return seconds[0]
-        if num_elements >= sizes[-1]:
-            return seconds[-1] * num_elements / sizes[-1]
-        i = bisect.bisect_right(sizes, num_elements)
-        x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
-        y0, y1 = math.log(max(seconds[i - 1], 1e-9)), math.log(max(seconds[i], 1e-9))
-        return math.exp(y0 + (y1 - y0) * (math.log(num_elements) - x0) / (x1 - x0))
+        return self(num_elements)
 
     @classmethod
     def measure(cls, compressor, sizes=PROFILE_SIZES, runs=MEASURE_RUNS):

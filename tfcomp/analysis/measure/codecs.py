@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Transfer
 from tfcomp.analysis.model.profile import CompressorProfile, Profile
-from tfcomp.analysis.model.tables import SizeTable
+from tfcomp.costs.tables import SizeTable
 from tfcomp.analysis.model.timing import median_s
 from tfcomp.compressors.base import Collective, TensorContext
 from tfcomp.exchange.step import Exchange

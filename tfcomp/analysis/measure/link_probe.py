@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tfcomp.costs.network import ALLREDUCE, COLLECTIVES, HALF_ALLREDUCE
 from tfcomp.analysis.model.link_fit import fit_link
-from tfcomp.analysis.model.tables import SizeTable
+from tfcomp.costs.tables import SizeTable
 from tfcomp.analysis.model.timing import median_s
 
 ENGINES = ("tf.distribute", "horovod")

@@ -31,7 +31,7 @@ from tfcomp.costs.network import collective_s
 from tfcomp.analysis.model.fusion_policies import BucketFusion
 from tfcomp.analysis.model.profile import Profile
 from tfcomp.plan import file as plan_file
-from tfcomp.analysis.model.simulator import (Network, Progress, TensorCompression, advance, bucket_loads,
+from tfcomp.analysis.model.simulator import (CollectiveCosts, Progress, TensorCompression, advance, bucket_loads,
                                        profile_network, replay, tensor_compression)
 
 DENSE = None  # a gradient's choice when it is sent as it is
@@ -44,7 +44,7 @@ class Replay:
     buckets hold per-stream sums and the streams' progress before each bucket is
     kept, so trying an option touches one bucket and replays from it on."""
 
-    def __init__(self, model, network: Network, options: Dict[Optional[str], List[TensorCompression]], fusion,
+    def __init__(self, model, network: CollectiveCosts, options: Dict[Optional[str], List[TensorCompression]], fusion,
                  *, overlap=True, start=DENSE):
         self.model, self.network, self.options, self.overlap = model, network, options, overlap
         self.choice: List[Optional[str]] = [start] * len(model.gradients)
@@ -148,7 +148,7 @@ def plan(profile: Profile, workers, candidates=None, *, link=None, allgather_lin
          overlap=True, offload=True, max_offload_evaluations=MAX_OFFLOAD_EVALUATIONS, burst_s=0.0):
     """Espresso's strategy for this profile on `workers` workers (links: the profile's
     measured ones unless given). candidates: profile compressor names (default: all).
-    burst_s: the link's token bucket, in seconds at its bandwidth (Network.burst_s;
+    burst_s: the link's token bucket, in seconds at its bandwidth (CollectiveCosts.burst_s;
     0: a plain link)."""
     started = time.perf_counter()
     model = profile.model

@@ -13,7 +13,7 @@ from typing import Dict, Optional, Tuple
 
 from tfcomp.costs.checks import check_number, is_number
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, COLLECTIVES, HALF, Link, Transfer
-from tfcomp.analysis.model.tables import SizeTable
+from tfcomp.costs.tables import SizeTable
 from tfcomp.plan.file import GPU_SUFFIX
 
 FORMAT = "tfcomp.analysis.profile"  # what a saved profile says it is (unchanged by the module's move)

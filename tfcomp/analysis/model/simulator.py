@@ -26,7 +26,7 @@ from tfcomp.costs.checks import check_number, check_workers
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer, collective_s
 from tfcomp.analysis.model.fusion_policies import BucketFusion
 from tfcomp.analysis.model.profile import CompressorProfile, ModelProfile, Profile
-from tfcomp.analysis.model.tables import SizeTable
+from tfcomp.costs.tables import SizeTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +132,7 @@ def no_half_extra():
 
 
 @dataclasses.dataclass(frozen=True)
-class Network:
+class CollectiveCosts:
     """What the collectives cost: workers, a link per collective, the vector adds.
 
     burst_s: the link's token bucket (a shaper such as tc tbf, or a cloud's burst
@@ -201,7 +201,7 @@ class Progress:
         return covered
 
 
-def replay(model: ModelProfile, loads: List[BucketLoad], network: Network, *, compression_ratio=1.0,
+def replay(model: ModelProfile, loads: List[BucketLoad], network: CollectiveCosts, *, compression_ratio=1.0,
            overlap=True, timeline=None):
     """One step's SimResult from its loaded buckets. timeline, a list, receives
     (start, end, bucket position) for every collective call on the stream."""
@@ -296,16 +296,16 @@ def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Option
         plan = [compression[g.name] for g in model.gradients]
     else:
         plan = [TensorCompression.dense(g.nbytes) for g in model.gradients]
-    network = Network(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"), burst_s, start_s,
+    network = CollectiveCosts(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"), burst_s, start_s,
                       half_extra or no_half_extra())
     loads = bucket_loads(model, plan, fusion or BucketFusion())
     return replay(model, loads, network, compression_ratio=ratio, overlap=overlap)
 
 
 def profile_network(profile: Profile, workers, link=None, allgather_link=None):
-    """The Network of a saved profile; link replaces the measured links (both, unless
+    """The CollectiveCosts of a saved profile; link replaces the measured links (both, unless
     allgather_link is given too)."""
-    return Network(check_workers(workers), link or profile.allreduce,
+    return CollectiveCosts(check_workers(workers), link or profile.allreduce,
                    allgather_link or (profile.allgather if link is None else link), profile.addest,
                    half_extra=profile.half_allreduce_extra or no_half_extra())
 

@@ -9,7 +9,7 @@ import math
 from tfcomp.costs import network as costs
 from tfcomp.costs.network import Link
 from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.model.tables import SizeTable
+from tfcomp.costs.tables import SizeTable
 
 MIB = 2**20
 CLASSES = 1000

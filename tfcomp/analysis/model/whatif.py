@@ -7,7 +7,7 @@ import numpy as np
 
 from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
 from tfcomp.analysis.model.simulator import compression_from_profile, finite_check_s, simulate
-from tfcomp.analysis.model.tables import SizeTable
+from tfcomp.costs.tables import SizeTable
 from tfcomp.analysis.model.links import DENSE, links
 
 TIE = 1e-9  # a speed-up this close to 1 is a tie, on neither side of a crossover
