@@ -1,5 +1,6 @@
 """compression=tfcomp.Auto(): the exchange measures, plans and applies a per-tensor
-plan itself (Espresso: "Hi-Speed DNN Training with Espresso", Sections 4-5), and keeps it only while it is faster than dense.
+plan itself (the per-tensor strategies of "Hi-Speed DNN Training with Espresso"), and
+keeps it only while it is faster than dense.
 
     auto = tfcomp.Auto()
     strategy = tfcomp.distribute.MultiWorkerMirroredStrategy(compression=auto)
@@ -32,7 +33,7 @@ from absl import logging
 from tfcomp.compressors.registry import resolve, short_repr
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.auto.callback import AutoCallback
-from tfcomp.auto.phases import AUDIT, DENSE, PLANNED, PROFILING  # pylint: disable=unused-import  (also what the history says)
+from tfcomp.auto.phases import AUDIT, DENSE, PLANNED, PROFILING  # pylint: disable=unused-import
 from tfcomp.exchange.hooks import Controller
 from tfcomp.plan.plan import Plan
 from tfcomp.costs.network import Network

@@ -1,5 +1,6 @@
-"""Agarwal et al.'s closed-form communication costs and step-time models
-(Agarwal et al., "On the Utility of Gradient Compression in Distributed Training Systems": Table 1, Eq. (1), Section 4.1 and Appendix B).
+"""Agarwal et al.'s closed-form communication costs and step-time models ("On the
+Utility of Gradient Compression in Distributed Training Systems": Table 1, Eq. (1),
+Section 4.1 and Appendix B).
 
 Units throughout: bytes, seconds, bytes per second. A Link's bandwidth is in
 bytes/s, so 10 Gbit/s is 1.25e9 (Link.from_gbit).

@@ -117,7 +117,8 @@ def write(result, output, path, profile, fusion, latency_us, plot):
         raise opts.UsageError(f"cannot create --output directory {output}: {e.strerror or e}") from None
     plot_files = []
     if plot:
-        from tfcomp.analysis.cli import plots  # pylint: disable=import-outside-toplevel  (matplotlib only when plotting)
+        # matplotlib only when plotting
+        from tfcomp.analysis.cli import plots  # pylint: disable=import-outside-toplevel
         plot_files = plots.plot_sweep(result, output, profile.model.name)
     table, data = os.path.join(output, "whatif.md"), os.path.join(output, "whatif.json")
     with open(table, "w", encoding="utf-8") as f:

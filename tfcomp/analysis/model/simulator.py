@@ -1,5 +1,5 @@
-"""Zhang et al.'s what-if simulator (Zhang et al., "Is Network the Bottleneck of Distributed Training?", Section 3): one worker's measured
-backward pass replayed against any link, worker count and compressor.
+"""The what-if simulator of Zhang et al., "Is Network the Bottleneck of Distributed
+Training?" (Section 3): one worker's measured backward pass replayed against any link, worker count and compressor.
 
 Gradients leave as the fusion policy dispatches them. Each bucket is encoded, then
 its collectives run on one FIFO stream (alpha-beta cost, plus (N-1) AddEst(S/N) of
@@ -296,8 +296,8 @@ def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Option
         plan = [compression[g.name] for g in model.gradients]
     else:
         plan = [TensorCompression.dense(g.nbytes) for g in model.gradients]
-    network = CollectiveCosts(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"), burst_s, start_s,
-                      half_extra or no_half_extra())
+    network = CollectiveCosts(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"), burst_s,
+                              start_s, half_extra or no_half_extra())
     loads = bucket_loads(model, plan, fusion or BucketFusion())
     return replay(model, loads, network, compression_ratio=ratio, overlap=overlap)
 
