@@ -22,6 +22,18 @@ def define_profile_flag(fv):
                         flag_values=fv)
 
 
+def define_workers_flag(fv):
+    flags.DEFINE_integer("workers", None, "Required. Number of workers (an integer >= 1).", flag_values=fv)
+
+
+def define_link_flags(fv):
+    """--bandwidth_gbps (one bandwidth for every collective) and the network flags."""
+    flags.DEFINE_float("bandwidth_gbps", None,
+                       "Bandwidth of every collective in Gbit/s, replacing the profile's measured ones; "
+                       "default: the measured bandwidth of each collective.", flag_values=fv)
+    define_network_flags(fv)
+
+
 def define_network_flags(fv):
     """The latency override and the fusion policy."""
     flags.DEFINE_float("latency_us", None,

@@ -14,15 +14,12 @@ SUMMARY = "Espresso's per-tensor compression plan, with its predicted step time 
 
 def define_flags(fv):
     opts.define_profile_flag(fv)
-    flags.DEFINE_integer("workers", None, "Required. Number of workers (an integer >= 1).", flag_values=fv)
+    opts.define_workers_flag(fv)
     flags.DEFINE_list("candidates", None,
                       "Compressors the plan may use, comma-separated, each one the profile has measured (a name "
                       "without settings stands for the one variant measured); "
                       "default: every one it has.", flag_values=fv)
-    flags.DEFINE_float("bandwidth_gbps", None,
-                       "Bandwidth of every collective in Gbit/s, replacing the profile's measured ones; "
-                       "default: the measured bandwidth of each collective.", flag_values=fv)
-    opts.define_network_flags(fv)
+    opts.define_link_flags(fv)
     flags.DEFINE_bool("offload", True, "Search CPU offloading of GPU-compressed gradients (Espresso's "
                       "Algorithm 2) where the profile has a compressor measured on both devices.", flag_values=fv)
     flags.DEFINE_bool("all_tensors", False, "List every gradient, the dense ones too (default: the compressed "

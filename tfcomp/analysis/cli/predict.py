@@ -30,15 +30,12 @@ ROWS = (
 
 def define_flags(fv):
     opts.define_profile_flag(fv)
-    flags.DEFINE_integer("workers", None, "Required. Number of workers (an integer >= 1).", flag_values=fv)
+    opts.define_workers_flag(fv)
     flags.DEFINE_list("compressor", [],
                       "Compressors to predict beside dense, comma-separated, each one the profile has measured "
                       "(e.g. PowerSGD:rank=4,TopK; a name without settings stands for the one variant measured); "
                       "default: dense only.", flag_values=fv)
-    flags.DEFINE_float("bandwidth_gbps", None,
-                       "Bandwidth of every collective in Gbit/s, replacing the profile's measured ones; "
-                       "default: the measured bandwidth of each collective.", flag_values=fv)
-    opts.define_network_flags(fv)
+    opts.define_link_flags(fv)
     flags.DEFINE_bool("json", False, "Print the result as JSON (every SimResult field, in seconds) instead of "
                       "a table.", flag_values=fv)
 
