@@ -210,10 +210,10 @@ class DRAGONN(ThresholdSparsifier):
     largest, about 86% of the slots fill, with 84% of the top-k's squared
     magnitude; buckets of 4 fill 98%, with 97% of it (a bucket settles by up to
     bucket_size atomic maxima per element above the threshold, still in one
-    pass). On the digits MLP under Adam, DRAGONN(0.1) reached the target
-    accuracy in 1.15x dense's steps with buckets of 4 against 1.36x with
-    single slots, where DGC, which keeps the exact largest, took 1.14x
-    (benchmarks/results/convergence.md, "buckets" rows). adapt_rounds > 0 adds
+    pass). On the digits MLP under Adam, over 6 seeds, DRAGONN(0.1) reached the
+    target accuracy in 1.22x dense's steps with buckets of 4, 1.15x with buckets
+    of 2 and 1.34x with single slots, where DGC, which keeps the exact largest,
+    took 1.14x (benchmarks/results/dragonn_mlp_adam_6seeds.md). adapt_rounds > 0 adds
     counting passes, which DRAGONN's one-pass design leaves out by default."""
 
     default_momentum_masking = 0.5
