@@ -129,7 +129,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
         record = getattr(self.model.optimizer, RECORD_ATTRIBUTE, None)
         if record is not None and self._gradients:
             exchange = self.auto.exchange
-            exchange.bind_optimizer(self.model.optimizer)  # momentum="auto" resolved, as the trace will
+            optimizers.bind_exchange(exchange, self.model.optimizer)  # momentum="auto" resolved, as the trace will
             record.record(exchange.choices([(s, d) for _, s, d in self._gradients],
                                            [n for n, _, _ in self._gradients]))
 

@@ -48,7 +48,7 @@ class Timeline(tf.keras.callbacks.Callback):
 
     Phases are serialised where they could overlap (compression waits for
     every gradient, each collective for the one before), which the overhead
-    benchmark (benchmarks/timeline_overhead.py) measures. On a GPU the
+    benchmark (benchmarks/timeline_overhead/) measures. On a GPU the
     timestamps are taken when the host runs the op, which for kernels queued
     on the GPU may be before they finish.
     """

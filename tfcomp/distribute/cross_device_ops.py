@@ -15,9 +15,6 @@ from tensorflow.python.util import nest
 
 from tfcomp.distribute import gradient_calls
 from tfcomp.exchange import fusion
-from tfcomp.keras import version as keras_in_use
-from tfcomp.state import variables as state_lib
-from tfcomp.keras.optimizers import bind_exchange
 
 
 class LauncherCollectives:
@@ -39,7 +36,7 @@ class LauncherCollectives:
 class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
     """CollectiveAllReduce whose gradient aggregation runs tfcomp's Exchange."""
 
-    def __init__(self, base, exchange, rank):
+    def __init__(self, base, engine):
         super().__init__(devices=base._devices, group_size=base._group_size, options=base._options,
                          collective_keys=base._collective_keys,
                          canonicalize_devices=base._canonicalize_devices)
@@ -48,20 +45,16 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
                 f"tfcomp's MultiWorkerMirroredStrategy compresses between workers with one device "
                 f"each; this worker has {len(self._devices)} ({', '.join(self._devices)}). Run one "
                 f"worker per device (for example CUDA_VISIBLE_DEVICES per process).")
-        self.exchange = exchange
-        self._rank = rank
-        self.peer_watch = None  # a tfcomp.engines.peers.PeerWatch, told which step runs
+        self.engine = engine  # a tfcomp.distribute.engine.StrategyEngine
 
-    def state_for(self, optimizer, specs, choices=None):
-        """The optimizer's CompressionState, built and attached to it on first use.
+    @property
+    def exchange(self):
+        """The Exchange the next trace runs (set it to run another)."""
+        return self.engine.exchange
 
-        Attaching it restores it when the optimizer came from a checkpoint, so
-        it is built (every tensor's variables) first; a checkpoint made under
-        other per-tensor choices fails (tfcomp.state.record).
-        """
-        return state_lib.state_of(optimizer if optimizer is not None else self, specs, choices,
-                                  device=self._devices[0], gather=self._gather_across_workers,
-                                  num_workers=self._group_size, rank=self._rank)
+    @exchange.setter
+    def exchange(self, exchange):
+        self.engine.exchange = exchange
 
     def _gather_across_workers(self, tensor):
         """[K, ...]: every worker's tensor, for saving per-worker state (all workers save)."""
@@ -75,19 +68,14 @@ class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):
         if len(flat) != len(call.variables):
             raise RuntimeError(f"tfcomp: {len(flat)} gradients reached the all-reduce for "
                                f"{len(call.variables)} variables; cannot match them up")
-        names = [keras_in_use.tensor_name(v) for v in call.variables]
-        bind_exchange(self.exchange, call.optimizer)
-        shapes = [(g.shape, g.dtype) for g in flat]
-        specs = self.exchange.state_specs(shapes, names, self._group_size)
         collectives = LauncherCollectives(self._launchers[replica_id], self._options.merge(options),
                                           self._group_size)
-        mean = reduce_op == reduce_util.ReduceOp.MEAN
-        state = self.state_for(call.optimizer, specs, self.exchange.choices(shapes, names))
-        with ops.device(self._devices[replica_id]):
-            if self.peer_watch is not None:
-                with ops.control_dependencies([self.peer_watch.mark_step(state.step, self._devices[replica_id])]):
-                    flat = [array_ops.identity(g) for g in flat]
-            reduced = self.exchange.reduce(flat, names, state, collectives, "mean" if mean else "sum")
+        # The state hangs on the optimizer; on this object where the optimizer could not be seen.
+        # Every worker saves every worker's rows (gathered), as tf.distribute programs save on all.
+        reduced = self.engine.reduce_gradients(
+            flat, call.variables, call.optimizer if call.optimizer is not None else self, collectives,
+            "mean" if reduce_op == reduce_util.ReduceOp.MEAN else "sum", device=self._devices[replica_id],
+            gather=self._gather_across_workers)
         return nest.pack_sequence_as(value, reduced)
 
     def _all_reduce(self, reduce_op, value, replica_id, options):

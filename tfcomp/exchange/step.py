@@ -82,7 +82,7 @@ class Exchange:
     def _configure(self, compression, selection=False):
         # As the user made it (momentum="auto" unresolved): a compressor, or a Plan.
         self.configured = compression if isinstance(compression, hooks.PerTensor) else resolve(compression)
-        self.compressor = self.configured  # what runs: bind_optimizer resolves momentum
+        self.compressor = self.configured  # what runs: bind resolves momentum
         self._bound = None
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
         self.warmup_steps = max([self._warmup_option] + [c.warmup_steps for c in self._compressors()])

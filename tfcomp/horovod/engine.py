@@ -12,14 +12,11 @@ import tensorflow as tf
 from horovod.tensorflow.compression import Compressor as HorovodCompressor
 from horovod.tensorflow.compression import FP16Compressor, NoneCompressor
 
-from tfcomp.engines import agreement
-from tfcomp.engines import peers
-from tfcomp.state import variables as state_lib
 from tfcomp.compressors.cast import FP16, NoCompression
-from tfcomp.exchange import hooks
-from tfcomp.exchange.step import Exchange
+from tfcomp.engines import agreement, peers
+from tfcomp.engines.engine import Engine
 from tfcomp.exchange.fusion import positions_by_dtype
-from tfcomp.keras.optimizers import bind_exchange
+from tfcomp.exchange.step import Exchange
 
 ENGINE_ATTRIBUTE = "tfcomp_engine"  # where an optimizer keeps its HorovodEngine (not checkpointed)
 
@@ -79,7 +76,7 @@ def check_horovod_arguments(op, gradient_predivide_factor, groups, process_set):
         raise ValueError("tfcomp's Horovod engine reduces over the global process set only")
 
 
-class HorovodEngine:
+class HorovodEngine(Engine):
     """Averages (op=hvd.Average) or sums (hvd.Sum) gradients over all Horovod
     ranks through tfcomp's Exchange. Construct it on every rank (it compares
     the ranks' exchanges, so a rank that disagrees fails here, not in a step).
@@ -88,32 +85,36 @@ class HorovodEngine:
     a rank killed mid-step is named, with the step, on every other rank.
     """
 
+    kind = "horovod"
+    worker_word = "rank"
+    # on_peer_loss stays None: Horovod's own collectives fail when a rank's connections
+    # drop; the watch names it.
+
     def __init__(self, compression=None, op=hvd.Average, device="", watch_peers=True, **exchange_options):
-        self.exchange = Exchange(tfcomp_compression(compression), **exchange_options)
+        exchange = Exchange(tfcomp_compression(compression), **exchange_options)
         if not hvd.is_initialized():
             raise RuntimeError("call hvd.init() before creating tfcomp's Horovod optimizer or tape")
+        super().__init__(exchange, rank=hvd.rank(), num_workers=hvd.size())
         self.reduce_op = "mean" if op == hvd.Average else "sum"
         self.device = device
         self.collectives = HorovodCollectives(device)
         self.description = self._describe(self.exchange, op, device)
         with tf.init_scope():  # runs eagerly, also when first built inside a traced step
-            agreement.check_workers_agree(self.exchange, self._gather_ints, hvd.rank(), worker_word="rank")
-            agreement.share_compression_profile(self.exchange, self._average_floats)
-            self.peer_watch = self._watch_peers() if watch_peers and hvd.size() > 1 else None
-        if self.exchange.controller is not None:
-            self.exchange.controller.workers = hooks.Workers("horovod", hvd.rank(), hvd.size(), self._average_floats,
-                                                 self._gather_ints)
+            self.start(watch_peers)
 
-    @staticmethod
-    def _watch_peers():
-        listener, port = peers.listen()
-        host = peers.ipv4_as_int(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
-        gathered = hvd.allgather(tf.constant([[host, port, os.getpid()]], tf.int64), name="tfcomp.engines.peers")
-        gathered = gathered.numpy().tolist()
-        hosts = [peers.int_as_ipv4(h) for h, _, _ in gathered]
-        ranks = [peers.Peer(r, f"rank {r}", hosts[r], pid) for r, (_, _, pid) in enumerate(gathered)]
-        # Horovod's own collectives fail when a rank's connections drop; the watch names it.
-        return peers.PeerWatch(hvd.rank(), ranks, listener, hosts, [p for _, p, _ in gathered])
+    def gather_ints(self, values):
+        return hvd.allgather(tf.constant([values], tf.int64), name="tfcomp.gather_ints").numpy().tolist()
+
+    def mean_floats(self, values):
+        averaged = hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Average, name="tfcomp.mean_floats")
+        return averaged.numpy().tolist()
+
+    def peer_identity(self):
+        return [self.rank, peers.ipv4_as_int(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())]
+
+    def describe_peer(self, identity):
+        rank, host = identity[0], peers.int_as_ipv4(identity[1])
+        return f"rank {rank}", host, host
 
     @classmethod
     def describe(cls, compression, op, device, exchange_options):
@@ -125,43 +126,11 @@ class HorovodEngine:
     def _describe(exchange, op, device):
         return f"{agreement.fingerprint(exchange)[0]}, op={'Average' if op == hvd.Average else 'Sum'}, device={device!r}"
 
-    @staticmethod
-    def _gather_ints(value):
-        return hvd.allgather(tf.constant([value], tf.int64), name="tfcomp.fingerprint").numpy().tolist()
-
-    @staticmethod
-    def _average_floats(values):
-        averaged = hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Average, name="tfcomp.profile")
-        return averaged.numpy().tolist()
-
-    def payload_bytes(self, variables):
-        """Bytes one rank sends per step for these (trainable) variables."""
-        return self.exchange.payload_bytes([(v.shape, v.dtype) for v in variables], hvd.size(),
-                                           [v.name for v in variables])
-
     def reduce(self, grads, variables, owner):
         """The reduced gradients (None stays None), in order; state lives on owner."""
-        present = [i for i, g in enumerate(grads) if g is not None]
-        if not present:
-            return list(grads)
-        flat = [grads[i] for i in present]
-        names = [variables[i].name for i in present]
-        shapes = [(g.shape, g.dtype) for g in flat]
-        bind_exchange(self.exchange, owner)
         # Each rank saves its own rows: Horovod programs checkpoint on rank 0 alone.
-        state = state_lib.state_of(owner, self.exchange.state_specs(shapes, names, hvd.size()),
-                                   self.exchange.choices(shapes, names),
-                                   device=self.device or None, num_workers=hvd.size(), rank=hvd.rank(),
-                                   own_rows=True)
-        with tf.device(self.device):
-            if self.peer_watch is not None:
-                with tf.control_dependencies([self.peer_watch.mark_step(state.step, self.device or None)]):
-                    flat = [tf.identity(g) for g in flat]
-            reduced = self.exchange.reduce(flat, names, state, self.collectives, self.reduce_op)
-        out = list(grads)
-        for i, r in zip(present, reduced):
-            out[i] = r
-        return out
+        return self.reduce_gradients(grads, variables, owner, self.collectives, self.reduce_op,
+                                     device=self.device or None, own_rows=True)
 
 
 class LocalVariables:

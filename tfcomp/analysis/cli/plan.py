@@ -54,13 +54,22 @@ def as_text(path, profile, result, link, allgather_link, fusion, all_tensors=Fal
               "predicted step time"]
     rows = [("plan", result.iteration_s), ("dense", result.dense_s), *result.singles.items(),
             ("upper bound", result.upper_bound_s)]
+    if result.winner != planner.PLAN:
+        rows.insert(1, ("Algorithms 1-2", result.algorithms_s))
     label_width = max(len(label) for label, _ in rows)
     for label, seconds in rows:
         note = "  (compression costing nothing)" if label == "upper bound" else ""
         lines.append(f"  {label:{label_width}}  {seconds * 1e3:9.2f} ms  {result.dense_s / seconds:6.2f}x dense{note}")
-    lines += ["", f"Planned in {result.planning_s * 1e3:.1f} ms: Algorithm 1 replayed {result.evaluations} "
-              f"strategies, starting from {result.start}; {len(result.removed)} gradients were left dense as "
-              f"communicated before a bubble. {result.offload_note}."]
+    if result.winner == planner.PLAN:
+        chosen = "The plan is Algorithms 1 and 2's strategy, no slower than dense or any single option."
+    else:
+        chosen = (f"The plan is {result.winner} on every gradient: Algorithms 1 and 2's strategy "
+                  f"({result.algorithms_s * 1e3:.2f} ms) replayed slower.")
+    lines += ["", chosen,
+              f"Planned in {result.planning_s * 1e3:.1f} ms ({result.replays} replays, at most "
+              f"{result.replay_bound}): Algorithm 1 replayed {result.evaluations} strategies, starting from "
+              f"{result.start}; {len(result.removed)} gradients were left dense as communicated before a bubble. "
+              f"{result.offload_note}."]
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ def define_flags(fv):
                       flag_values=fv)
     flags.DEFINE_string("link_probe", None, "A saved link probe (JSON with 'workers', 'allreduce' and 'allgather' "
                         "[(bytes, seconds)] samples, and optionally 'allreduce_float16' ones, as "
-                        "benchmarks/link_probe_worker.py writes); default: probe now with --engine, which every "
+                        "benchmarks/e2e/link_probe_worker.py writes); default: probe now with --engine, which every "
                         "worker must run at once.", flag_values=fv)
     flags.DEFINE_enum("engine", "tf.distribute", ["tf.distribute", "horovod"], "Whose collectives the probe "
                       "times (without --link_probe).", flag_values=fv)

@@ -2,7 +2,9 @@
 Every (compute speed-up, compressor or dense, worker count, bandwidth) is simulated;
 the scaling factors and speed-ups over dense go to whatif.md and whatif.json, with
 each compressor's crossover bandwidth (where its speed-up crosses 1), and to PNG
-plots (tfcomp.analysis.cli.plots)."""
+plots (tfcomp.analysis.cli.plots). --compression_ratios adds Zhang et al.'s
+dense-compression what-if: dense gradients sent that many times smaller at no
+compute cost, tabled and plotted against the ratio."""
 import json
 import os
 import time
@@ -34,6 +36,12 @@ def define_flags(fv):
                       "Accelerators this many times faster, comma-separated, each > 0 (Zhang et al.'s what-if): "
                       "the forward, backward (each gradient's ready time with it), apply, encode and decode "
                       "times are divided by it; the links and the vector adds (AddEst) are not.", flag_values=fv)
+    flags.DEFINE_list("compression_ratios", None,
+                      "Compression ratios to sweep, comma-separated, each > 0 (Zhang et al.'s what-if, Section 3): "
+                      "dense gradients whose bandwidth term is divided by the ratio, the vector adds not, "
+                      "encoding and decoding free; tabled beside the compressors as 'ratio Nx', and plotted as "
+                      "the scaling factor against the ratio (compression_ratio.png). Default: none.",
+                      flag_values=fv)
     opts.define_network_flags(fv)
     flags.DEFINE_string("output", "whatif", "Directory for whatif.md, whatif.json and the PNG plots "
                         "(created if missing).", flag_values=fv)
@@ -59,10 +67,30 @@ def markdown(result, path, profile, fusion, latency_us, plot_files):
     for speedup, name, _, _, description in result.crossovers():
         rows.setdefault((speedup, name), []).append(description)
     lines += [f"| {speedup:g}x | {name} | " + " | ".join(cells) + " |" for (speedup, name), cells in rows.items()]
+    lines += _ratio_tables(result)
     lines += _sweep_tables(result)
     if plot_files:
         lines += ["", "## Plots", ""] + [f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in plot_files]
     return "\n".join(lines) + "\n"
+
+
+def _ratio_tables(result):
+    """Zhang et al.'s what-if: the scaling factor at each compression ratio (1: dense), per
+    bandwidth and worker count."""
+    if not result.compression_ratios:
+        return []
+    ratios, factors = result.ratio_curves()
+    lines = ["", "## Dense compression ratios (Zhang et al.'s what-if)", "",
+             "Dense gradients whose bandwidth term is divided by the ratio (the vector adds are not), "
+             "encoding and decoding free: the scaling factor each ratio reaches."]
+    for s, speedup in enumerate(result.compute_speedups):
+        for w, workers in enumerate(result.workers):
+            lines += ["", f"### {workers} workers, compute speed-up {speedup:g}x", "",
+                      "| Gbit/s | " + " | ".join(f"{r:g}x" for r in ratios) + " |",
+                      "|---|" + "---|" * len(ratios)]
+            lines += [f"| {gbps:.3g} | " + " | ".join(f"{factors[s, r, w, b]:.3f}" for r in range(len(ratios))) + " |"
+                      for b, gbps in enumerate(result.bandwidths_gbps)]
+    return lines
 
 
 def _sweep_tables(result):
@@ -86,6 +114,7 @@ def as_dict(result, path, profile, fusion, latency_us):
         "profile": str(path), "model": profile.model.name, "fusion": opts.describe_fusion(fusion),
         "latency_us": latency_us, "bandwidths_gbps": list(result.bandwidths_gbps), "workers": list(result.workers),
         "compute_speedups": list(result.compute_speedups), "names": list(result.names),
+        "compression_ratios": list(result.compression_ratios),
         "iteration_s": result.iteration_s.tolist(), "scaling_factor": result.scaling_factor.tolist(),
         "speedup_over_dense": result.speedup.tolist(),
         "crossovers": [{"compute_speedup": speedup, "compressor": name, "workers": workers,
@@ -95,7 +124,8 @@ def as_dict(result, path, profile, fusion, latency_us):
 
 
 def _parsed(fv):
-    """(bandwidths, workers, compute speed-ups) from the flags, sorted, or a UsageError."""
+    """(bandwidths, workers, compute speed-ups, compression ratios) from the flags, sorted,
+    or a UsageError."""
     bandwidths = DEFAULT_BANDWIDTHS_GBPS if fv.bandwidths_gbps is None else \
         opts.parse_list(fv.bandwidths_gbps, "--bandwidths_gbps", float, "numbers")
     for b in bandwidths:
@@ -106,7 +136,11 @@ def _parsed(fv):
     speedups = opts.parse_list(fv.compute_speedups, "--compute_speedups", float, "numbers")
     for s in speedups:
         opts.check_positive(s, "every --compute_speedups")
-    return sorted(set(bandwidths)), sorted(set(workers)), sorted(set(speedups))
+    ratios = [] if fv.compression_ratios is None else \
+        opts.parse_list(fv.compression_ratios, "--compression_ratios", float, "numbers")
+    for r in ratios:
+        opts.check_positive(r, "every --compression_ratios")
+    return sorted(set(bandwidths)), sorted(set(workers)), sorted(set(speedups)), sorted(set(ratios))
 
 
 def write(result, output, path, profile, fusion, latency_us, plot):
@@ -130,14 +164,15 @@ def write(result, output, path, profile, fusion, latency_us, plot):
 
 
 def run(fv, out):
-    bandwidths, workers, compute_speedups = _parsed(fv)
+    bandwidths, workers, compute_speedups, ratios = _parsed(fv)
     latency_us = opts.check_latency(fv.latency_us)
     fusion = opts.fusion_policy(fv)
     profile = opts.load_profile(fv.profile)
     compressors = opts.check_compressors(profile, list(profile.compressors) if fv.compressors is None
                                          else fv.compressors)
     start = time.perf_counter()
-    result = sweep(profile, bandwidths, workers, compressors, compute_speedups, latency_us=latency_us, fusion=fusion)
+    result = sweep(profile, bandwidths, workers, compressors, compute_speedups, latency_us=latency_us, fusion=fusion,
+                   compression_ratios=ratios)
     swept_s = time.perf_counter() - start
     written = write(result, fv.output, fv.profile, profile, fusion, latency_us, fv.plots)
     print(f"{result.configurations} configurations simulated in {swept_s:.2f} s; wrote {written[0]}"

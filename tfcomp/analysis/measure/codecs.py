@@ -8,6 +8,13 @@ Encode is compress() up to its first payloads; decode is the rest, from the firs
 collective's result to the gradient (for PowerSGD, its second round's work between
 the two allreduces counts as decode: the simulator places all of a compressor's
 remaining work after its last transfer).
+
+Decode runs on what the collectives return among num_workers workers (made here from
+this worker's payloads: an allgather returns one copy per worker). An allgathered
+payload is decoded once per worker, so for a compressor that allgathers, decode is
+timed again at twice the workers, and the difference per further worker kept
+(CompressorProfile.decode_per_worker): the model then prices decode linearly in the
+worker count it predicts for.
 """
 import contextlib
 import statistics
@@ -118,18 +125,26 @@ def _control_dependencies_kept():
 def compressor_profile(label, compressor, gradients, num_workers=2, runs=7):
     """CompressorProfile of a compressor on the model's gradients [(name, shape, dtype)]:
     encode and decode per size from each distinct gradient shape (the median over
-    shapes of one size), payloads per gradient."""
-    by_size = {}
+    shapes of one size), decode as num_workers workers' payloads take it, and where a
+    gradient's payload is allgathered, what each further worker's copy adds (decode
+    timed at 2 * num_workers too); payloads per gradient."""
+    payloads = {name: transfers(compressor, shape, dtype) for name, shape, dtype in gradients}
+    by_size, per_worker = {}, {}
     for name, shape, dtype in gradients:
         nbytes = float(np.prod(shape, dtype=np.int64)) * tf.as_dtype(dtype).size
         if (tuple(shape), dtype) not in {(s, d) for s, d, _ in by_size.get(nbytes, [])}:
-            by_size.setdefault(nbytes, []).append(
-                (tuple(shape), dtype, codec_seconds(compressor, shape, dtype, num_workers, runs)))
+            seconds = codec_seconds(compressor, shape, dtype, num_workers, runs)
+            by_size.setdefault(nbytes, []).append((tuple(shape), dtype, seconds))
+            if any(t.collective == ALLGATHER for t in payloads[name]):
+                more = codec_seconds(compressor, shape, dtype, 2 * num_workers, runs)
+                per_worker.setdefault(nbytes, []).append(max(0.0, (more[1] - seconds[1]) / num_workers))
     sizes = sorted(by_size)
     encode = [(n, statistics.median(t[0] for *_, t in by_size[n])) for n in sizes]
     decode = [(n, statistics.median(t[1] for *_, t in by_size[n])) for n in sizes]
+    slope = [(n, statistics.median(per_worker[n])) for n in sorted(per_worker)]
     return CompressorProfile(label, SizeTable(encode, f"{label} encode"), SizeTable(decode, f"{label} decode"),
-                             {name: transfers(compressor, shape, dtype) for name, shape, dtype in gradients})
+                             payloads, decode_workers=num_workers,
+                             decode_per_worker=SizeTable(slope, f"{label} decode per worker") if slope else None)
 
 
 def addest(max_bytes, runs=7):

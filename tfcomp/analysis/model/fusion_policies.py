@@ -30,10 +30,12 @@ class BucketFusion:
 
 @dataclasses.dataclass(frozen=True)
 class CycleFusion:
-    """Horovod-like: every cycle_s the gradients that became ready in the last cycle leave,
-    packed into buffers of at most buffer_bytes. Zhang et al. leave open whether the 5 ms
-    window is periodic or runs from the first buffered gradient (the paper does not say which);
-    this is Horovod's periodic cycle."""
+    """Horovod's: every cycle_s the gradients that became ready since the last cycle leave,
+    packed into buffers of at most buffer_bytes. The cycle's phase is Horovod's: its
+    background loop starts a cycle when the first gradient is ready (Zhang et al.'s 5 ms
+    window; the paper does not say where the cycle stands), so cycles begin at
+    t0, t0 + cycle_s, t0 + 2 cycle_s, ..., t0 the first gradient's ready time, and each
+    gradient leaves at the first cycle that begins at or after it is ready."""
     cycle_s: float = HOROVOD_CYCLE_S
     buffer_bytes: float = HOROVOD_FUSION_BYTES
 
@@ -42,13 +44,13 @@ class CycleFusion:
         check_number(self.buffer_bytes, "buffer_bytes", positive=True)
 
     def dispatch(self, gradients):
+        first = min(g.ready_s for g in gradients)
         by_tick = {}
         for i, g in enumerate(gradients):
-            tick = math.ceil(round(g.ready_s / self.cycle_s, 9))  # 0.03 / 0.005 is 5.999...
+            tick = math.ceil(round((g.ready_s - first) / self.cycle_s, 9))  # 0.03 / 0.005 is 5.999...
             by_tick.setdefault(tick, []).append(i)
         out = []
         for tick, indices in sorted(by_tick.items()):
             for group in buckets([gradients[i].nbytes for i in indices], self.buffer_bytes):
-                out.append((tick * self.cycle_s, [indices[j] for j in group]))
+                out.append((first + tick * self.cycle_s, [indices[j] for j in group]))
         return out
-

@@ -94,17 +94,50 @@ class ModelProfile:
 @dataclasses.dataclass(frozen=True)
 class CompressorProfile:
     """A compressor's measured costs: encode and decode seconds per tensor size, and what
-    it sends per step for each gradient (one Transfer a round; PowerSGD has two)."""
+    it sends per step for each gradient (one Transfer a round; PowerSGD has two).
+
+    A payload that is allgathered comes back once per worker, and decoding it handles
+    every worker's copy (Agarwal et al. note SignSGD's decode is linear in the workers):
+    decode_workers is how many copies the decode table's times decoded (the worker
+    count it was measured at), decode_per_worker the seconds each further copy adds,
+    per tensor size (measured at a second count; None: the whole decode taken as
+    per-copy, decode / decode_workers). Profiles recorded before tfcomp measured it
+    have neither, and their decode is taken as it was measured at any worker count."""
     name: str
     encode: SizeTable
     decode: SizeTable
     payloads: Dict[str, Tuple[Transfer, ...]]
+    decode_workers: Optional[int] = None
+    decode_per_worker: Optional[SizeTable] = None
 
     def __post_init__(self):
         object.__setattr__(self, "payloads", {k: tuple(v) for k, v in self.payloads.items()})
         if GPU_SUFFIX in self.name and not self.name.endswith(GPU_SUFFIX):
             raise ValueError(f"compressor {self.name!r}: {GPU_SUFFIX!r} may only end a name (the compressor "
                              "as measured on the GPU)")
+        if self.decode_workers is not None:
+            if not is_number(self.decode_workers) or self.decode_workers < 1 or \
+                    self.decode_workers != int(self.decode_workers):
+                raise ValueError(f"compressor {self.name!r}: decode_workers must be an integer >= 1, got "
+                                 f"{self.decode_workers!r}")
+            object.__setattr__(self, "decode_workers", int(self.decode_workers))
+        elif self.decode_per_worker is not None:
+            raise ValueError(f"compressor {self.name!r}: decode_per_worker needs decode_workers (the worker count "
+                             "the decode table was measured at)")
+
+    def decode_s(self, nbytes, transfers, workers=None):
+        """Seconds to decode a gradient of nbytes sent as transfers, on `workers` workers
+        (None: as measured): linear in the workers where a transfer is an allgather
+        and the profile says at how many workers decode was measured; never below 0.
+        The tables' isotonic fits (SizeTable.monotone)."""
+        measured = self.decode.monotone().seconds_at(nbytes)
+        k0 = self.decode_workers
+        if workers is None or k0 is None or workers == k0 or \
+                not any(t.collective == ALLGATHER for t in transfers):
+            return measured
+        per_worker = (measured / k0 if self.decode_per_worker is None
+                      else self.decode_per_worker.monotone().seconds_at(nbytes))
+        return max(0.0, measured + (workers - k0) * per_worker)
 
     @property
     def device(self):
@@ -163,6 +196,9 @@ class Profile:
             **({"half_allreduce_extra": self.half_allreduce_extra.points()}
                if self.half_allreduce_extra is not None else {}),
             "compressors": {name: {"encode": c.encode.points(), "decode": c.decode.points(),
+                                   **({"decode_workers": c.decode_workers} if c.decode_workers is not None else {}),
+                                   **({"decode_per_worker": c.decode_per_worker.points()}
+                                      if c.decode_per_worker is not None else {}),
                                    "payloads": {g: [[t.collective, t.nbytes, *([HALF] if t.half else [])]
                                                     for t in transfers]
                                                 for g, transfers in c.payloads.items()}}
@@ -252,7 +288,10 @@ def _parse(data):
             if not isinstance(rounds, list) or not rounds:
                 raise ValueError(f"{where}: expected a list of [collective, bytes] rounds, got {rounds!r}")
             payloads[grad] = tuple(_transfer(r, f"{where}[{j}]") for j, r in enumerate(rounds))
-        compressors[name] = CompressorProfile(name, c.table("encode"), c.table("decode"), payloads)
+        decode_workers = c.number("decode_workers") if "decode_workers" in c.data else None
+        per_worker = c.table("decode_per_worker") if "decode_per_worker" in c.data else None
+        compressors[name] = c.build(CompressorProfile, name, c.table("encode"), c.table("decode"), payloads,
+                                    decode_workers, per_worker)
     return top.build(Profile, model.build(ModelProfile, model.get("name", str), model.number("forward_s"),
                                           model.number("backward_s"), model.number("apply_s"), gradients),
                      parsed_links[ALLREDUCE], parsed_links[ALLGATHER], top.table("addest"), compressors,

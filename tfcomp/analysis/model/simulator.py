@@ -18,12 +18,14 @@ stays as the fusion policy chose it from the measured ready times.
     iteration = forward + backward + overhead + apply
     f_sim     = single-worker step / iteration = t_batch / (t_batch + t_overhead)
 """
-import copy
 import dataclasses
+import functools
+import math
 from typing import Dict, List, Optional, Tuple
 
 from tfcomp.costs.checks import check_number, check_workers
-from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer, collective_s
+from tfcomp.costs.network import (ALLGATHER, ALLREDUCE, Link, Transfer, _allgather_s, _ring_allreduce_s,
+                                  collective_s)
 from tfcomp.analysis.model.fusion_policies import BucketFusion
 from tfcomp.analysis.model.profile import CompressorProfile, ModelProfile, Profile
 from tfcomp.costs.tables import SizeTable
@@ -43,20 +45,35 @@ class TensorCompression:
         check_number(self.encode_s, "encode_s")
         check_number(self.decode_s, "decode_s")
 
+    @functools.cached_property
+    def keys(self):
+        """Its transfers' keys in a bucket (BucketLoad.wire)."""
+        return tuple(_key(r, t) for r, t in enumerate(self.transfers))
+
     @classmethod
     def dense(cls, nbytes):
         """The gradient allreduced as it is."""
         return cls((Transfer(ALLREDUCE, nbytes),))
 
 
-def compression_from_profile(compressor: CompressorProfile, model: ModelProfile):
-    """{gradient name: TensorCompression} from a compressor's measured tables."""
-    return {g.name: tensor_compression(compressor, g) for g in model.gradients}
+def compression_from_profile(compressor: CompressorProfile, model: ModelProfile, workers=None):
+    """{gradient name: TensorCompression} from a compressor's measured tables, on `workers`
+    workers (None: decode as measured; CompressorProfile.decode_s)."""
+    return {g.name: tensor_compression(compressor, g, workers) for g in model.gradients}
 
 
-def tensor_compression(compressor: CompressorProfile, gradient):
-    return TensorCompression(compressor.payloads[gradient.name], compressor.encode(gradient.nbytes),
-                             compressor.decode(gradient.nbytes), on_compute_stream=compressor.device == "gpu")
+def tensor_compression(compressor: CompressorProfile, gradient, workers=None):
+    """A gradient's TensorCompression under a compressor: encode and decode from the isotonic
+    fits of its tables (SizeTable.monotone), decode linear in the workers for allgathered
+    payloads (CompressorProfile.decode_s)."""
+    transfers = compressor.payloads[gradient.name]
+    # checked already: the tables' fits and decode_s answer finite seconds >= 0
+    out = object.__new__(TensorCompression)
+    object.__setattr__(out, "__dict__", {
+        "transfers": transfers, "encode_s": compressor.encode.monotone().seconds_at(gradient.nbytes),
+        "decode_s": compressor.decode_s(gradient.nbytes, transfers, workers),
+        "on_compute_stream": compressor.device == "gpu"})
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +99,8 @@ _NO_BYTES = 0.5  # payloads are whole bytes: less than half a byte left is float
 class BucketLoad:
     """One dispatched bucket under a plan: its members' summed encode and decode
     times per stream and its payload bytes per (round, collective)."""
-    __slots__ = ("ready_s", "indices", "encode_s", "decode_s", "compute_encode_s", "compute_decode_s", "wire", "half")
+    __slots__ = ("ready_s", "indices", "encode_s", "decode_s", "compute_encode_s", "compute_decode_s", "wire", "half",
+                 "_costs", "_costs_for", "_by_key")
 
     def __init__(self, ready_s, indices):
         self.ready_s, self.indices = ready_s, list(indices)
@@ -92,28 +110,48 @@ class BucketLoad:
         self.encode_s = self.decode_s = self.compute_encode_s = self.compute_decode_s = 0.0
         self.wire = {}  # 2 * round + (1 for allgather, 0 for allreduce) -> bytes
         self.half = {}  # the same keys -> the float16 bytes among them (allreduce only)
+        self._costs = self._costs_for = self._by_key = None
+
+    def collectives(self, network, compression_ratio=1.0):
+        """[(seconds on the wire, of which latency, seconds of vector adds)] of the bucket's
+        collective calls in the order the stream runs them; kept until the payloads change."""
+        if self._costs_for is None or self._costs_for[0] is not network or self._costs_for[1] != compression_ratio:
+            self._by_key = _collectives(self.wire, self.half, network, compression_ratio)
+            self._costs = [self._by_key[key] for key in sorted(self._by_key)]
+            self._costs_for = (network, compression_ratio)
+        return self._costs
+
+    def collectives_with(self, network, removed: TensorCompression, added: TensorCompression):
+        """collectives() with one member's compression `removed` replaced by `added`, the
+        bucket left as it is: the collectives neither touches are priced once."""
+        if removed.transfers is added.transfers or removed.transfers == added.transfers:
+            return self.collectives(network)
+        self.collectives(network)
+        wire, half = {}, {}  # the touched keys' bytes, as add(removed, -1.0) then add(added) leave them
+        for key in removed.keys + added.keys:
+            if key not in wire:
+                wire[key] = self.wire.get(key, 0.0)
+                half[key] = self.half.get(key, 0.0)
+        _add_transfers(wire, half, removed.transfers, -1.0, keep=True)
+        _add_transfers(wire, half, added.transfers, 1.0, keep=True)
+        by_key = dict(self._by_key)
+        for key, nbytes in wire.items():
+            if nbytes > _NO_BYTES:
+                by_key[key] = _collective(key, nbytes, half[key] if half[key] > _NO_BYTES else 0.0, network, 1.0)
+            else:
+                by_key.pop(key, None)
+        return [by_key[key] for key in sorted(by_key)]
 
     def add(self, tc: TensorCompression, sign=1.0):
         """Counts one member's compression in (sign=-1: takes it out again)."""
+        self._costs_for = None
         if tc.on_compute_stream:
             self.compute_encode_s += sign * tc.encode_s
             self.compute_decode_s += sign * tc.decode_s
         else:
             self.encode_s += sign * tc.encode_s
             self.decode_s += sign * tc.decode_s
-        for r, t in enumerate(tc.transfers):
-            key = 2 * r + (t.collective != ALLREDUCE)  # sorts by round, allreduce before allgather
-            nbytes = self.wire.get(key, 0.0) + sign * t.nbytes
-            if nbytes > _NO_BYTES:
-                self.wire[key] = nbytes
-            else:  # the last payload of this kind taken out: no collective (and no latency) left
-                self.wire.pop(key, None)
-            if t.half:
-                half = self.half.get(key, 0.0) + sign * t.nbytes
-                if half > _NO_BYTES:
-                    self.half[key] = half
-                else:
-                    self.half.pop(key, None)
+        _add_transfers(self.wire, self.half, tc.transfers, sign)
 
     def free(self):
         """Compression costs nothing here from now on (Espresso's upper bound)."""
@@ -121,10 +159,62 @@ class BucketLoad:
 
     def snapshot(self):
         return (self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, dict(self.wire),
-                dict(self.half))
+                dict(self.half), self._costs, self._costs_for, self._by_key)
 
     def restore(self, snapshot):
-        self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, self.wire, self.half = snapshot
+        (self.encode_s, self.decode_s, self.compute_encode_s, self.compute_decode_s, self.wire, self.half,
+         self._costs, self._costs_for, self._by_key) = snapshot
+
+
+def _key(r, transfer):
+    """A transfer's key in a bucket: 2 * round + (1 for allgather, 0 for allreduce), which
+    sorts by round, allreduce before allgather."""
+    return 2 * r + (transfer.collective != ALLREDUCE)
+
+
+def _add_transfers(wire, half, transfers, sign, keep=False):
+    """Counts one member's transfers into a bucket's bytes per key (sign=-1: takes them out
+    again). A key left with less than a byte goes (the last payload of its kind taken out:
+    no collective, and no latency, left), or with keep, stays at 0."""
+    for r, t in enumerate(transfers):
+        key = 2 * r + (t.collective != ALLREDUCE)
+        nbytes = wire.get(key, 0.0) + sign * t.nbytes
+        if nbytes > _NO_BYTES:
+            wire[key] = nbytes
+        elif keep:
+            wire[key] = 0.0
+        else:
+            wire.pop(key, None)
+        if t.half:
+            halves = half.get(key, 0.0) + sign * t.nbytes
+            if halves > _NO_BYTES:
+                half[key] = halves
+            elif keep:
+                half[key] = 0.0
+            else:
+                half.pop(key, None)
+
+
+def _collectives(wire, half, network, compression_ratio):
+    """{key: (seconds on the wire, of which latency, vector adds)} of a bucket's bytes per key."""
+    return {key: _collective(key, nbytes, half.get(key, 0.0), network, compression_ratio)
+            for key, nbytes in wire.items()}
+
+
+def _collective(key, nbytes, half_bytes, network, compression_ratio):
+    """(seconds on the wire, of which latency, vector adds) of one collective call of nbytes, half_bytes
+    of them float16 (an allreduce's)."""
+    workers = network.workers
+    if key % 2:
+        link = network.allgather
+        return _allgather_s(nbytes / compression_ratio, workers, link), _allgather_s(0.0, workers, link), 0.0
+    link = network.allreduce
+    adds = 0.0
+    if workers > 1:
+        adds = (workers - 1) * network.addest.seconds_at(nbytes / workers)
+        if half_bytes:
+            adds += network.half_extra.seconds_at(half_bytes)
+    return _ring_allreduce_s(nbytes / compression_ratio, workers, link), _ring_allreduce_s(0.0, workers, link), adds
 
 
 def no_half_extra():
@@ -155,6 +245,8 @@ class CollectiveCosts:
     def __post_init__(self):
         check_number(self.burst_s, "burst_s")
         check_number(self.start_s, "start_s")
+        # a vector add of more bytes never takes less time: the measured points' isotonic fit
+        object.__setattr__(self, "addest", self.addest.monotone())
 
     def link(self, collective):
         return self.allreduce if collective == ALLREDUCE else self.allgather
@@ -183,6 +275,12 @@ class Progress:
     compute_decode: tuple = ()  # (collectives done, seconds) of buckets decoded on the compute stream
     tokens_s: Optional[float] = None  # the link's token bucket after the last collective (None: full)
     tokens_at: float = 0.0  # when that collective ended
+
+    def copy(self):
+        """A copy to go on from (copy.copy's speed matters here: the planner makes one per trial)."""
+        out = Progress.__new__(Progress)
+        out.__dict__.update(self.__dict__)
+        return out
 
     def same_streams(self, other):
         return (self.stream_free == other.stream_free and self.encode_free == other.encode_free
@@ -224,33 +322,23 @@ def advance(model, loads, network, at: Progress, *, begin=0, compression_ratio=1
     reference: the checkpoints of another replay of these buckets, differing before
     bucket begin + 1 only; once the streams stand where they stood there, the rest
     would replay alike, and advance returns None."""
-    workers = network.workers
+    burst_s, start_s = network.burst_s, network.start_s
     for b in range(begin, len(loads)):
         if reference is not None and b > begin and at.same_streams(reference[b]):
             return None
         if checkpoints is not None:
-            checkpoints.append(copy.copy(at))
+            checkpoints.append(at.copy())
         load = loads[b]
         at.shift += load.compute_encode_s
-        ready = max((load.ready_s + at.shift) if overlap else model.backward_s, network.start_s)
+        ready = max((load.ready_s + at.shift) if overlap else model.backward_s, start_s)
         at.encode_free = max(ready, at.encode_free) + load.encode_s
         done = at.encode_free
-        for key in sorted(load.wire):
-            nbytes = load.wire[key]
-            collective = ALLGATHER if key % 2 else ALLREDUCE
-            link = network.link(collective)
-            wire = collective_s(collective, nbytes / compression_ratio, workers, link)
-            adds = 0.0
-            if collective == ALLREDUCE and workers > 1:
-                adds = (workers - 1) * network.addest.seconds_at(nbytes / workers)
-                if key in load.half:
-                    adds += network.half_extra.seconds_at(load.half[key])
+        for wire, latency, adds in load.collectives(network, compression_ratio):
             start = max(done, at.stream_free)
-            if network.burst_s:
-                wire -= at.burst_through(wire - collective_s(collective, 0.0, workers, link), start,
-                                         network.burst_s)
+            if burst_s:
+                wire -= at.burst_through(wire - latency, start, burst_s)
             at.stream_free = done = start + wire + adds
-            if network.burst_s:
+            if burst_s:
                 at.tokens_at = done
             if timeline is not None:
                 timeline.append((start, at.stream_free, b))
@@ -265,6 +353,55 @@ def advance(model, loads, network, at: Progress, *, begin=0, compression_ratio=1
     if at.shift or at.compute_decode:
         compute_free = model.backward_s + at.shift  # the backward pass, lengthened by compute-stream encoding
         for done, seconds in at.compute_decode:
+            compute_free = max(done, compute_free) + seconds
+        sync = max(sync, compute_free)
+    return sync
+
+
+def bucket_row(load: BucketLoad, network):
+    """What trial_sync reads of a bucket: (ready_s, encode_s, decode_s, compute_encode_s,
+    compute_decode_s, collectives)."""
+    return (load.ready_s, load.encode_s, load.decode_s, load.compute_encode_s, load.compute_decode_s,
+            load.collectives(network))
+
+
+def trial_sync(model, rows, network, at: Progress, begin, changed, reference, overlap=True, cutoff=math.inf):
+    """advance() from bucket begin on over rows (bucket_row of every bucket), bucket begin's
+    replaced by changed; the same arithmetic in the same order, without advance's totals,
+    timeline, checkpoints and token bucket (network.burst_s must be 0): the planner's inner
+    loop. reference: (stream_free, encode_free, decode_free, shift, compute_decode) before
+    every bucket of another replay of these rows differing in bucket begin only; None once
+    the streams stand where they stood there (the rest would replay alike). cutoff: a t_sync
+    not worth knowing beyond; once the streams show t_sync will reach it (every stream's
+    time only grows), that lower bound is returned instead."""
+    shift, encode_free, stream_free, decode_free = at.shift, at.encode_free, at.stream_free, at.decode_free
+    compute_decode = at.compute_decode
+    start_s, backward_s = network.start_s, model.backward_s
+    row = changed
+    for b in range(begin, len(rows)):
+        if b > begin:
+            if (stream_free, encode_free, decode_free, shift, compute_decode) == reference[b]:
+                return None
+            bound = max(stream_free, encode_free, decode_free, backward_s + shift)
+            if bound >= cutoff:
+                return bound
+            row = rows[b]
+        ready_s, encode_s, decode_s, compute_encode_s, compute_decode_s, collectives = row
+        shift += compute_encode_s
+        ready = (ready_s + shift) if overlap else backward_s
+        if start_s > ready:
+            ready = start_s
+        encode_free = (ready if ready >= encode_free else encode_free) + encode_s
+        done = encode_free
+        for wire, _, adds in collectives:
+            stream_free = done = (done if done >= stream_free else stream_free) + wire + adds
+        decode_free = (done if done >= decode_free else decode_free) + decode_s
+        if compute_decode_s:
+            compute_decode += ((done, compute_decode_s),)
+    sync = max(encode_free, stream_free, decode_free)
+    if shift or compute_decode:
+        compute_free = backward_s + shift
+        for done, seconds in compute_decode:
             compute_free = max(done, compute_free) + seconds
         sync = max(sync, compute_free)
     return sync
@@ -310,13 +447,13 @@ def profile_network(profile: Profile, workers, link=None, allgather_link=None):
                    half_extra=profile.half_allreduce_extra or no_half_extra())
 
 
-def strategy_compression(profile: Profile, choices):
+def strategy_compression(profile: Profile, choices, workers=None):
     """{gradient name: TensorCompression} of a per-gradient strategy, {gradient name:
-    profiled compressor name, or None for dense} (a planner's choices); gradients it
-    does not name go dense."""
+    profiled compressor name, or None for dense} (a planner's choices), on `workers`
+    workers; gradients it does not name go dense."""
     compressors = {name: profile.compressor(name) for name in set(choices.values()) if name is not None}
     return {g.name: TensorCompression.dense(g.nbytes) if choices.get(g.name) is None
-            else tensor_compression(compressors[choices[g.name]], g) for g in profile.model.gradients}
+            else tensor_compression(compressors[choices[g.name]], g, workers) for g in profile.model.gradients}
 
 
 def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=None, link=None, allgather_link=None,
@@ -330,9 +467,9 @@ def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=Non
         raise ValueError("give a compressor for every gradient or a per-gradient strategy, not both")
     compression = None
     if compressor is not None:
-        compression = compression_from_profile(profile.compressor(compressor), profile.model)
+        compression = compression_from_profile(profile.compressor(compressor), profile.model, workers)
     if strategy is not None:
-        compression = strategy_compression(profile, strategy)
+        compression = strategy_compression(profile, strategy, workers)
     network = profile_network(profile, workers, link, allgather_link)
     if finite_check:
         options["start_s"] = finite_check_s(profile, workers, network.allreduce)
@@ -348,7 +485,8 @@ def finite_check_s(profile: Profile, workers, link: Link):
     if profile.finite_scan is None:
         raise ValueError("the profile has no finite_scan (recorded before tfcomp measured it): record it again "
                          "to predict tfcomp's exchange with its finite check")
-    scan = sum(profile.finite_scan.seconds_at(g.nbytes) for g in profile.model.gradients)
+    table = profile.finite_scan.monotone()  # a scan of more bytes never takes less time
+    scan = sum(table.seconds_at(g.nbytes) for g in profile.model.gradients)
     flag = collective_s(ALLREDUCE, 4.0, check_workers(workers), link) if workers > 1 else 0.0
     return profile.model.backward_s + scan + flag
 

@@ -1,6 +1,8 @@
 """A synthetic profile, plausible but measured on nothing: a ResNet-50-sized CNN
 (97.5 MiB of float32 gradients) on one accelerator, 10 Gbit/s links and four
-compressors whose payloads follow tfcomp's (costs.*_transfers). It gives the
+compressors whose payloads follow tfcomp's (costs.*_transfers), measured on the CPU
+and, with gpu=True, on the GPU that trains too ('name@gpu', GPU_SPEEDUP times faster,
+on the compute stream: what Espresso's Algorithm 2 offloads from). It gives the
 command line's docs, tests and benchmarks a profile without a GPU or TensorFlow;
 tests/data/synthetic_resnet50_profile.json is synthetic_profile() saved.
 """
@@ -10,11 +12,13 @@ from tfcomp.costs import network as costs
 from tfcomp.costs.network import Link
 from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
 from tfcomp.costs.tables import SizeTable
+from tfcomp.plan.file import GPU_SUFFIX
 
 MIB = 2**20
 CLASSES = 1000
 POWERSGD_RANK = 4
 TOPK_FRACTION = 0.01
+GPU_SPEEDUP = 8.0  # the GPU variants' encode and decode, this many times faster than the CPU's
 
 # (bytes, seconds): a kernel's fixed launch cost, then roughly linear in size.
 ENCODE_DECODE = {
@@ -66,8 +70,10 @@ def _payloads(name, elements, channels):
     raise ValueError(f"no synthetic payload for compressor {name!r}; choose from {sorted(ENCODE_DECODE)}")
 
 
-def synthetic_profile(conv_layers=53, total_bytes=97.5 * MIB, forward_s=0.040, backward_s=0.080, apply_s=0.005):
-    """The synthetic profile: 3 * conv_layers + 2 gradients (161 by default, ResNet-50's count)."""
+def synthetic_profile(conv_layers=53, total_bytes=97.5 * MIB, forward_s=0.040, backward_s=0.080, apply_s=0.005,
+                      gpu=False):
+    """The synthetic profile: 3 * conv_layers + 2 gradients (161 by default, ResNet-50's count);
+    gpu: each compressor measured on the GPU too ('name@gpu')."""
     if not isinstance(conv_layers, int) or conv_layers < 4:
         raise ValueError(f"conv_layers must be an integer >= 4 (one a stage), got {conv_layers!r}")
     grads = _gradients(conv_layers, total_bytes, backward_s)
@@ -78,5 +84,10 @@ def synthetic_profile(conv_layers=53, total_bytes=97.5 * MIB, forward_s=0.040, b
         name: CompressorProfile(name, SizeTable(encode, f"{name} encode"), SizeTable(decode, f"{name} decode"),
                                 {g: _payloads(name, elements, channels) for g, elements, channels, _ in grads})
         for name, (encode, decode) in ENCODE_DECODE.items()}
+    if gpu:
+        for name, c in list(compressors.items()):
+            faster = [SizeTable([(b, s / GPU_SPEEDUP) for b, s in t.points()], f"{name}{GPU_SUFFIX} {what}")
+                      for t, what in ((c.encode, "encode"), (c.decode, "decode"))]
+            compressors[name + GPU_SUFFIX] = CompressorProfile(name + GPU_SUFFIX, *faster, c.payloads)
     return Profile(model, allreduce=Link.from_gbit(10, alpha_s=30e-6), allgather=Link.from_gbit(9, alpha_s=40e-6),
                    addest=SizeTable([(1e4, 4e-6), (1e8, 1.1e-3)], "AddEst"), compressors=compressors)

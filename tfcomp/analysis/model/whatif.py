@@ -1,11 +1,14 @@
 """Zhang et al.'s what-if analysis: every (compute speed-up, compressor or dense, worker
 count, bandwidth) simulated from one profile, and where each compressor's speed-up
-over dense crosses 1 (its crossover bandwidth). numpy, no TensorFlow."""
+over dense crosses 1 (its crossover bandwidth); with compression_ratios, Zhang et al.'s
+dense-compression what-if too (Section 3): dense gradients whose bandwidth term is
+divided by the ratio, the vector adds not, compression costing nothing. numpy, no
+TensorFlow."""
 import dataclasses
 
 import numpy as np
 
-from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
+from tfcomp.analysis.model.profile import GradientProfile, ModelProfile, Profile
 from tfcomp.analysis.model.simulator import compression_from_profile, finite_check_s, simulate
 from tfcomp.costs.tables import SizeTable
 from tfcomp.analysis.model.links import DENSE, links
@@ -22,26 +25,49 @@ def faster_compute(profile, speedup):
     m = profile.model
     model = ModelProfile(m.name, m.forward_s / speedup, m.backward_s / speedup, m.apply_s / speedup,
                          [GradientProfile(g.name, g.nbytes, g.ready_s / speedup) for g in m.gradients])
-    compressors = {name: CompressorProfile(name, _divided(c.encode, speedup), _divided(c.decode, speedup), c.payloads)
+    compressors = {name: dataclasses.replace(c, encode=_divided(c.encode, speedup), decode=_divided(c.decode, speedup),
+                                             decode_per_worker=c.decode_per_worker and _divided(c.decode_per_worker,
+                                                                                                speedup))
                    for name, c in profile.compressors.items()}
     scan = profile.finite_scan and _divided(profile.finite_scan, speedup)
-    return Profile(model, profile.allreduce, profile.allgather, profile.addest, compressors, scan)
+    return Profile(model, profile.allreduce, profile.allgather, profile.addest, compressors, scan,
+                   profile.half_allreduce_extra)
 
 
 def _divided(table, speedup):
     return SizeTable([(b, s / speedup) for b, s in table.points()], table.what)
 
 
+def ratio_name(ratio):
+    """How a sweep names dense gradients compressed `ratio` times (Zhang et al.'s what-if)."""
+    return f"ratio {ratio:g}x"
+
+
 @dataclasses.dataclass(frozen=True)
 class Sweep:
     """Step times of every configuration, indexed [compute speed-up, name, workers, bandwidth];
-    names[0] is dense."""
+    names[0] is dense, then the compressors, then ratio_name(r) for each compression ratio."""
     bandwidths_gbps: tuple
     workers: tuple
     compute_speedups: tuple
     names: tuple
     iteration_s: np.ndarray
     single_s: np.ndarray  # one worker, per compute speed-up
+    compression_ratios: tuple = ()
+
+    @property
+    def compressors(self):
+        """The compressors' names (dense and the compression ratios apart)."""
+        return self.names[1:len(self.names) - len(self.compression_ratios)]
+
+    def ratio_curves(self):
+        """(ratios, scaling factors [compute speed-up, ratio, workers, bandwidth]): dense as
+        ratio 1, then each compression ratio ascending (Zhang et al.'s what-if)."""
+        order = sorted(range(len(self.compression_ratios)), key=lambda k: self.compression_ratios[k])
+        first = 1 + len(self.compressors)
+        rows = [0] + [first + k for k in order if self.compression_ratios[k] != 1]
+        ratios = (1.0, *(self.compression_ratios[k] for k in order if self.compression_ratios[k] != 1))
+        return ratios, self.scaling_factor[:, rows]
 
     @property
     def configurations(self):
@@ -61,7 +87,7 @@ class Sweep:
         crossings as crossovers() finds them, description as describe_crossings() words them."""
         out = []
         for s, speedup in enumerate(self.compute_speedups):
-            for c, name in enumerate(self.names[1:], start=1):
+            for c, name in enumerate(self.compressors, start=1):
                 for w, workers in enumerate(self.workers):
                     curve = self.speedup[s, c, w]
                     crossings = crossovers(self.bandwidths_gbps, curve)
@@ -69,27 +95,36 @@ class Sweep:
         return out
 
 
-def sweep(profile, bandwidths_gbps, workers, compressors, compute_speedups=(1.0,), *, latency_us=None, fusion=None):
+def sweep(profile, bandwidths_gbps, workers, compressors, compute_speedups=(1.0,), *, latency_us=None, fusion=None,
+          compression_ratios=()):
     """Simulates every configuration (simulate_profile's inputs, the compression plans
-    built once per compressor and compute speed-up)."""
-    names = (DENSE, *compressors)
+    built once per compressor, compute speed-up and, where decode grows with the
+    workers, worker count). compression_ratios: Zhang et al.'s dense-compression
+    what-if at each ratio (simulate's compression_ratio), beside the compressors."""
+    ratios = tuple(compression_ratios)
+    names = (DENSE, *compressors, *(ratio_name(r) for r in ratios))
     shape = (len(compute_speedups), len(names), len(workers), len(bandwidths_gbps))
     iteration, single = np.empty(shape), np.empty(len(compute_speedups))
+    first_ratio = 1 + len(compressors)
     for s, speedup in enumerate(compute_speedups):
         scaled = faster_compute(profile, speedup)
         single[s] = scaled.model.single_step_s
         link_pairs = [links(scaled, gbps, latency_us) for gbps in bandwidths_gbps]
         for c, name in enumerate(names):
-            compression = None if name == DENSE else compression_from_profile(scaled.compressor(name),
-                                                                                    scaled.model)
-            checked = compression is not None and scaled.finite_scan is not None
+            compressor = scaled.compressor(name) if 0 < c < first_ratio else None
+            ratio = ratios[c - first_ratio] if c >= first_ratio else 1.0
+            checked = compressor is not None and scaled.finite_scan is not None
+            compression = None
             for w, p in enumerate(workers):
+                if compressor is not None and (compression is None or compressor.decode_workers is not None):
+                    compression = compression_from_profile(compressor, scaled.model, p)
                 for b, (link, gather) in enumerate(link_pairs):
                     start = finite_check_s(scaled, p, link) if checked else 0.0
                     iteration[s, c, w, b] = simulate(scaled.model, p, link, allgather_link=gather,
-                                                     addest=scaled.addest, fusion=fusion,
-                                                     compression=compression, start_s=start).iteration_s
-    return Sweep(tuple(bandwidths_gbps), tuple(workers), tuple(compute_speedups), names, iteration, single)
+                                                     addest=scaled.addest, fusion=fusion, compression=compression,
+                                                     compression_ratio=ratio, start_s=start,
+                                                     half_extra=scaled.half_allreduce_extra).iteration_s
+    return Sweep(tuple(bandwidths_gbps), tuple(workers), tuple(compute_speedups), names, iteration, single, ratios)
 
 
 def crossovers(bandwidths_gbps, speedup):
