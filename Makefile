@@ -77,18 +77,18 @@ else
 # unit tests under Keras 3), a custom loop, dense against
 # tf.distribute's own, resuming every worker's residuals from BackupAndRestore
 # (and, under Keras 3, from a .keras archive).
-CURRENT_STACK_TESTS := tests/test_keras_stacks.py tests/test_op_library.py tests/test_sign_ops.py \
-	tests/test_sparse_ops.py tests/test_lowrank_ops.py tests/test_op_properties.py tests/test_compressors.py \
-	tests/test_sparse_compressors.py tests/test_lowrank.py tests/test_sign_zeros.py tests/test_worker_momentum.py \
-	tests/test_plan.py tests/test_timeline.py tests/test_main_job.py tests/test_frozen_adam.py
+CURRENT_STACK_TESTS := tests/keras/test_stacks.py tests/ops tests/compressors/test_compressors.py \
+	tests/compressors/test_sparse.py tests/compressors/test_lowrank.py tests/compressors/test_sign_zeros.py \
+	tests/compressors/test_momentum.py tests/benchmarks/test_convergence_advice.py tests/plan/test_plan.py \
+	tests/callbacks/test_timeline.py tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py
 CURRENT_STACK_DISTRIBUTE := sgd_with_momentum_trains_like_dense or custom_training_loop or frozen_variance_adam or \
 	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
 	keras3_model_save
 pytest: build
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(XDIST) $(CURRENT_STACK_TESTS)
-	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
-	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
-	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/test_frozen_adam.py
+	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/keras/test_frozen_adam.py
 
 test: pytest
 endif
@@ -115,10 +115,9 @@ build-gpu: build
 	TFCOMP_CUDA_ARCHS="$(CUDA_ARCHS)" tools/build_gpu_library.sh
 	cp build/gpu/_tfcomp_ops.so $(OP_LIBRARY)
 
+# The op benchmarks (benchmarks/ops/: sign, sparse, dgc_candidates), each with its defaults.
 bench: build
-	$(PYTHON) -m benchmarks.ops_bench
-	$(PYTHON) -m benchmarks.sparse_bench
-	$(PYTHON) -m benchmarks.dgc_candidates_bench
+	$(PYTHON) -m benchmarks.ops
 
 clean:
 	rm -rf build $(OP_LIBRARY) tfcomp.egg-info

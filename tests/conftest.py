@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.get("PYTEST_XDIST_WORKER") or "TFCOMP_CACHE_DIR" not in os.environ:
     os.environ["TFCOMP_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfcomp-test-cache-")
 
-# Hypothesis (tests/test_op_properties.py): "ci", the default, runs a bounded number of
+# Hypothesis (tests/ops/test_properties.py): "ci", the default, runs a bounded number of
 # examples drawn from a seed fixed per test, so every run tests the same inputs and the
 # file takes well under a minute; `pytest --hypothesis-profile=thorough` draws 20 times
 # as many, afresh each run, and keeps failures in .hypothesis/ to replay them.

@@ -49,8 +49,8 @@ EOF
 
 # The op tests against the GPU build: its CPU kernels everywhere (one library
 # serves CPU-only users), and on a GPU machine the GPU kernels against the CPU ones.
-TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/test_sign_ops.py tests/test_sparse_ops.py \
-  tests/test_lowrank_ops.py \
+TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/ops/test_sign.py tests/ops/test_sparse.py \
+  tests/ops/test_lowrank.py \
   || die "the op tests fail against $LIB"
 
 for test in "$OUT"/tests/*; do

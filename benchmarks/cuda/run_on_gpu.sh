@@ -7,7 +7,7 @@
 #   4. runs the tests again under compute-sanitizer (memcheck, racecheck,
 #      synccheck); a failing tool's report ends up in run.log.
 # Everything it prints also goes to OUTDIR/run.log. The tables and plots are made
-# on any machine afterwards: python -m benchmarks.cuda_kernels_report.
+# on any machine afterwards: python -m benchmarks.cuda.report.
 #
 #   benchmarks/cuda/run_on_gpu.sh OUTDIR [REPS]
 #   NVCC=/path/to/nvcc benchmarks/cuda/run_on_gpu.sh OUTDIR   # another toolkit

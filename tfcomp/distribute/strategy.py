@@ -25,7 +25,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         TensorFlow 2.15 holds a sleeping thread per collective launch for the
         length of the timeout (tsl's PosixEnv::SchedClosureAfter), so a long
         timeout on fast steps piles up threads until thread creation fails
-        (benchmarks/long_run.py: 8 threads a step on the main job).
+        (benchmarks/long_run/: 8 threads a step on the main job).
     watch_peers: keep a connection to every other worker (tfcomp.engines.peers), so
         that a worker killed mid-step fails the step on every other worker at
         once, with an error (and a log line before it) that names it and the

@@ -8,12 +8,14 @@ later in the backward pass first (Espresso's "closer to the output layer", Espre
 Algorithm 1); each takes the best of {its current choice, every option} with the
 others fixed; after every decision the uncompressed gradients communicated before
 the stream's last bubble are dropped, since compressing them only widens it. The
-options are every candidate on every device it was measured on (Espresso decides
-among GPU options here and leaves the CPU to Algorithm 2; with the CPU variants
-among the moves, a profile with both never plans slower than with the CPU ones
-alone). It starts from no compression (Espresso's start) and again from the fastest
-single option where that beats the first plan: where every tensor's collectives are
-alike, no single switch pays but all together do.
+options are every candidate on every device it was measured on: Espresso decides
+among the GPU options here and leaves the CPU to Algorithm 2, which offloads only
+what is already compressed, so a profile measured on both devices could plan
+slower than its CPU options alone. It starts from no compression (Espresso's start)
+and again from the fastest single option, on either device, where that beats the
+first plan: where every tensor's collectives are alike, no single switch pays but
+all together do. A trial stops as soon as the streams show it cannot beat the
+gradient's best option so far (each stream's time only grows).
 
 Algorithm 2 (CPU offloading): the gradients the plan compresses on the GPU whose
 compressor was measured on the CPU too, in groups of equal size and compressor, each
@@ -22,7 +24,7 @@ counts prod(|G_i| + 1) prefix combinations: where that count is at most
 max_offload_evaluations every combination is replayed (in Gray-code order, so each
 differs from the one before in one gradient and replays from that gradient's bucket
 on); beyond it, each group's prefix length is searched with the others fixed, group
-after group, for at most offload_passes passes: at most offload_passes * sum(|G_i| + 2)
+after group, for at most offload_passes passes: at most offload_passes * sum(|G_i| + 1)
 replays, where the exhaustive search grows as the product.
 
 The planner returns the fastest of its strategy, dense and every single option (each
@@ -51,7 +53,7 @@ from tfcomp.analysis.model.simulator import (CollectiveCosts, Progress, TensorCo
                                              tensor_compression, trial_sync)
 
 DENSE = None  # a gradient's choice when it is sent as it is
-MAX_OFFLOAD_EVALUATIONS = 1024  # Theorem 1's count up to which Algorithm 2 replays every combination
+MAX_OFFLOAD_EVALUATIONS = 512  # Theorem 1's count up to which Algorithm 2 replays every combination
 OFFLOAD_PASSES = 2  # beyond it, passes of the group-at-a-time search
 STARTS = 2  # Algorithm 1's starting points: no compression, the fastest single option
 PLAN = "plan"  # StrategyPlan.winner when Algorithms 1 and 2's strategy is the fastest
@@ -120,7 +122,7 @@ class Replay:
     def trial(self, i, option, beat=None):
         """F with gradient i's choice replaced by option, the strategy left as it was; with
         beat, a number no larger than F instead wherever F >= beat - _TIE_S."""
-        current = self.iteration_s()
+        current = self._current[0] if self._current is not None else self.iteration_s()
         b = self.position[i]
         load = self.loads[b]
         checkpoints = self._current[1]
@@ -256,11 +258,9 @@ def plan(profile: Profile, workers, candidates=None, *, link=None, allgather_lin
     if not compressors:
         raise ValueError("no compressor to plan with: the profile has none and none were named")
     network = dataclasses.replace(profile_network(profile, workers, link, allgather_link), burst_s=burst_s)
-    fusion = fusion or BucketFusion()
-    transfers = {}
-    options = {DENSE: [TensorCompression.dense(g.nbytes) for g in model.gradients]}
-    options[DENSE] = [dataclasses.replace(tc, transfers=transfers.setdefault(tc.transfers, tc.transfers))
-                      for tc in options[DENSE]]
+    fusion = _Dispatched((fusion or BucketFusion()).dispatch(model.gradients))  # the buckets, found once
+    transfers = {}  # equal transfers made one object (Replay.trial's memo)
+    options = {DENSE: [_canonical(TensorCompression.dense(g.nbytes), transfers) for g in model.gradients]}
     for c in compressors:
         options[c.name] = _compressions(c, model.gradients, network.workers, transfers)
     moves = [DENSE, *names]  # every candidate on every device it was measured on
@@ -316,11 +316,11 @@ def plan(profile: Profile, workers, candidates=None, *, link=None, allgather_lin
 def replay_bound(gradients, options, offload_replays):
     """The most replays plan() makes with this many gradients and options (dense
     included) and Algorithm 2's bound (_offload): the singles and dense; per start
-    of Algorithm 1, one replay and one bubble search, then per gradient a trial of
-    every other option, a change and a bubble search; the winner's replay and
-    its first, a trial per compressed gradient (savings); the upper bound's
+    of Algorithm 1, its first replay, then per gradient a trial of every other
+    option and a change; the search's strategy replayed whole; the winner's first
+    replay and a trial per compressed gradient (savings); the upper bound's
     strategies."""
-    algorithm1 = STARTS * (2 + gradients * (options + 1))
+    algorithm1 = STARTS * (1 + gradients * options)
     return options + algorithm1 + offload_replays + 1 + 1 + gradients + options + 2
 
 
@@ -433,6 +433,17 @@ def _offload(sim, compressors, offload, max_evaluations, passes):
     return note, sizes, evaluated, bound
 
 
+@dataclasses.dataclass(frozen=True)
+class _Dispatched:
+    """A fusion policy whose dispatch (the same for every strategy: it reads sizes and
+    ready times only) was computed once."""
+    buckets: list
+
+    def dispatch(self, gradients):
+        del gradients
+        return self.buckets
+
+
 def _compressions(compressor, gradients, workers, transfers):
     """[tensor_compression(compressor, g, workers) for g in gradients], each of a size and
     payload computed once (a model's gradients come in few sizes), equal transfers made
@@ -441,10 +452,15 @@ def _compressions(compressor, gradients, workers, transfers):
     for g in gradients:
         key = (g.nbytes, compressor.payloads[g.name])
         if key not in seen:
-            tc = tensor_compression(compressor, g, workers)
-            seen[key] = dataclasses.replace(tc, transfers=transfers.setdefault(tc.transfers, tc.transfers))
+            seen[key] = _canonical(tensor_compression(compressor, g, workers), transfers)
         out.append(seen[key])
     return out
+
+
+def _canonical(tc, transfers):
+    """tc with its transfers the one object of `transfers`, {transfers: themselves}, equal to them."""
+    known = transfers.setdefault(tc.transfers, tc.transfers)
+    return tc if known is tc.transfers else dataclasses.replace(tc, transfers=known)
 
 
 def _strategy_s(model, network, options, fusion, strategy, overlap):

@@ -13,6 +13,12 @@ as it is computed, so every gradient after it is ready that much later, and deco
 there once both its collectives and the backward pass are done. Bucket membership
 stays as the fusion policy chose it from the measured ready times.
 
+The measured tables are read through their isotonic fits (SizeTable.monotone: a vector
+add, an encode, a decode or a scan of more bytes never takes less time), so fewer
+bytes on the wire never predict a slower step. A compressor whose payload is
+allgathered decodes every worker's copy: its decode grows linearly with the workers
+from the count the profile measured it at (CompressorProfile.decode_s).
+
     t_sync    = when the last bucket is decoded (seconds after backward began)
     overhead  = max(0, t_sync - t_back)
     iteration = forward + backward + overhead + apply
@@ -24,8 +30,7 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 from tfcomp.costs.checks import check_number, check_workers
-from tfcomp.costs.network import (ALLGATHER, ALLREDUCE, Link, Transfer, _allgather_s, _ring_allreduce_s,
-                                  collective_s)
+from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer, collective_s
 from tfcomp.analysis.model.fusion_policies import BucketFusion
 from tfcomp.analysis.model.profile import CompressorProfile, ModelProfile, Profile
 from tfcomp.costs.tables import SizeTable
@@ -207,14 +212,16 @@ def _collective(key, nbytes, half_bytes, network, compression_ratio):
     workers = network.workers
     if key % 2:
         link = network.allgather
-        return _allgather_s(nbytes / compression_ratio, workers, link), _allgather_s(0.0, workers, link), 0.0
+        return (collective_s(ALLGATHER, nbytes / compression_ratio, workers, link),
+                collective_s(ALLGATHER, 0.0, workers, link), 0.0)
     link = network.allreduce
     adds = 0.0
     if workers > 1:
         adds = (workers - 1) * network.addest.seconds_at(nbytes / workers)
         if half_bytes:
             adds += network.half_extra.seconds_at(half_bytes)
-    return _ring_allreduce_s(nbytes / compression_ratio, workers, link), _ring_allreduce_s(0.0, workers, link), adds
+    return (collective_s(ALLREDUCE, nbytes / compression_ratio, workers, link),
+            collective_s(ALLREDUCE, 0.0, workers, link), adds)
 
 
 def no_half_extra():
@@ -380,9 +387,17 @@ def trial_sync(model, rows, network, at: Progress, begin, changed, reference, ov
     row = changed
     for b in range(begin, len(rows)):
         if b > begin:
-            if (stream_free, encode_free, decode_free, shift, compute_decode) == reference[b]:
+            r = reference[b]
+            if (stream_free == r[0] and encode_free == r[1] and decode_free == r[2] and shift == r[3]
+                    and compute_decode == r[4]):
                 return None
-            bound = max(stream_free, encode_free, decode_free, backward_s + shift)
+            bound = backward_s + shift
+            if stream_free > bound:
+                bound = stream_free
+            if encode_free > bound:
+                bound = encode_free
+            if decode_free > bound:
+                bound = decode_free
             if bound >= cutoff:
                 return bound
             row = rows[b]

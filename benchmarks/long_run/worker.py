@@ -1,0 +1,69 @@
+"""One worker of the long run: trains the main job's model (models/digits.py,
+compiled as benchmarks/harness/train_worker.py does for tf.distribute or Horovod)
+for --steps steps under model.fit and writes what benchmarks/long_run/probe.py
+sampled as JSON.
+
+Of train_worker's flags, --out, --engine, --compression, --global_batch,
+--lr and --bandwidth_gbps apply; --epochs and --timeline* do not.
+"""
+import json
+import statistics
+
+from absl import app, flags
+
+from benchmarks.harness import train_worker
+from benchmarks.harness.timing import StepTimes
+from benchmarks.long_run.probe import LongRunProbe, count_traces
+from models import digits
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("steps", 2000, "Training steps (one Keras epoch over the repeated data).", lower_bound=1)
+flags.DEFINE_integer("warmup", 200, "Steps after which nothing should trace, and ops are first counted.",
+                     lower_bound=1)
+flags.DEFINE_integer("sample_every", 10, "Steps between samples of RSS, traces and TensorFlow functions.",
+                     lower_bound=1)
+flags.DEFINE_integer("progress_every", 100, "Steps between progress lines (worker 0 / rank 0 only).",
+                     lower_bound=1)
+flags.DEFINE_bool("retrace_every_step", False, "Rebuild Keras' train function after every step, so that it "
+                  "traces again: a run with it must report retraces (a check of the checks).")
+
+
+def main(argv):
+    del argv
+    if FLAGS.warmup >= FLAGS.steps:
+        raise app.UsageError(f"--warmup ({FLAGS.warmup}) must be less than --steps ({FLAGS.steps})")
+    (x_train, y_train), _ = digits.load()
+    lr = train_worker.learning_rate()
+    compile_model = (train_worker.compile_for_horovod if FLAGS.engine == "horovod"
+                     else train_worker.compile_for_tf_distribute)
+    model, payload_bytes = compile_model(lr)
+    chief = _chief(model)
+    timer = StepTimes()
+    probe = LongRunProbe(count_traces(model), FLAGS.steps, FLAGS.warmup, FLAGS.sample_every,
+                         FLAGS.progress_every, FLAGS.compression, progress=chief,
+                         retrace_every_step=FLAGS.retrace_every_step)
+    model.fit(train_worker.batches(x_train, y_train).repeat(), epochs=1, steps_per_epoch=FLAGS.steps,
+              verbose=0, callbacks=[timer, probe])
+
+    dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
+    after_warmup = sorted(timer.times[FLAGS.warmup:])
+    train_worker.result_path().write_text(json.dumps({
+        "compression": FLAGS.compression, "engine": FLAGS.engine, "steps": FLAGS.steps, "warmup": FLAGS.warmup,
+        "samples": probe.samples, "ops": probe.ops, "concrete_functions": probe.concrete_functions,
+        "step_ms": 1e3 * statistics.median(after_warmup),
+        "step_ms_p90": 1e3 * after_warmup[int(0.9 * (len(after_warmup) - 1))],
+        "bytes_per_step": payload_bytes(model.trainable_variables) if payload_bytes else dense_bytes,
+        "dense_bytes": dense_bytes}))
+
+
+def _chief(model):
+    """Worker 0 of tf.distribute's cluster, or Horovod's rank 0."""
+    if FLAGS.engine == "horovod":
+        import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
+        return hvd.rank() == 0
+    return (model.distribute_strategy.cluster_resolver.task_id or 0) == 0
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("out")
+    app.run(main)

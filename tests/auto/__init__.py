@@ -1,0 +1,1 @@
+"""tfcomp.auto: compression=tfcomp.Auto()."""

@@ -1,0 +1,1 @@
+"""The benchmark scripts (benchmarks/) and what they measure with tfcomp: the only tests that import benchmarks."""

@@ -1,0 +1,1 @@
+"""tfcomp.callbacks: the Timeline."""

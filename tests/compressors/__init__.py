@@ -1,0 +1,1 @@
+"""tfcomp.compressors: each compressor on the in-process K-worker emulator."""

@@ -1,0 +1,1 @@
+"""The engines (tfcomp.engines, tfcomp.distribute, tfcomp.horovod) with real worker processes."""

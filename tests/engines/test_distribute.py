@@ -1,0 +1,218 @@
+"""tfcomp.distribute.MultiWorkerMirroredStrategy with real worker processes on localhost."""
+import io
+import re
+import signal
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+import tfcomp
+from tfcomp.keras import version as keras_in_use
+from tests.cluster import processes
+from tests.cluster.local_cluster import run_workers
+from tests.workers.workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
+
+STEPS = 32
+KERAS3 = keras_in_use.in_use().major >= 3  # the workers' tf.keras, as this process's (same environment)
+
+
+def train(tmp_path, workers=2, **flags):
+    args = [f"--{k}={v}" for k, v in flags.items()]
+    codes, logs, results = run_workers("tests.workers.mwms_worker", workers, args, tmp_path)
+    assert codes == [0] * workers, "worker failed:\n" + "\n".join(log[-3000:] for log in logs)
+    return results
+
+
+def test_no_compression_matches_tf_distribute(tmp_path):
+    # Keras 3's model.fit fails under tf.distribute's own strategy on 2 workers (keras-team/keras#20585;
+    # tfcomp's strategy works around it): there both run a custom loop.
+    loop = "custom" if KERAS3 else "fit"
+    ours = train(tmp_path / "tfcomp", compression="NoCompression", loop=loop)
+    plain = train(tmp_path / "plain", strategy="plain", loop=loop)
+    assert_identical_weights(ours)
+    for a, b in zip(ours[0]["weights"], plain[0]["weights"]):
+        np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ours[0]["losses"], plain[0]["losses"], rtol=1e-6)
+    assert ours[0]["state_step"] == STEPS
+
+
+SPARSE = {"ratio": 0.05, "selection": False}  # the test model's tensors are small
+
+
+# Three workers once per collective kind (allgather: DRAGONN, allreduce: ACPSGD); the
+# Horovod suite runs EFSignSGD on three ranks.
+@pytest.mark.parametrize("compression, lr, workers, extra", [
+    ("FP16", 0.2, 2, {}), ("SignSGD", 0.01, 2, {}), ("EFSignSGD", 0.2, 2, {}),
+    ("DRAGONN", 0.2, 3, SPARSE), ("DGC", 0.2, 2, SPARSE),
+    ("TopK", 0.2, 2, SPARSE), ("RandomK", 0.5, 2, SPARSE), ("DRAGONN", 0.2, 2, {**SPARSE, "warmup_steps": 8}),
+    ("PowerSGD", 0.2, 2, {"rank": 4}), ("ACPSGD", 0.2, 2, {"rank": 4}), ("ACPSGD", 0.2, 3, {"rank": 4})])
+def test_compressors_train_under_model_fit(tmp_path, compression, lr, workers, extra):
+    results = train(tmp_path, workers, compression=compression, lr=lr, **extra)
+    assert_identical_weights(results)
+    losses = results[0]["losses"]
+    assert losses[-1] < 0.85 * losses[0], losses
+    dense_bytes = 4 * (64 * 64 + 64 + 64 * 10 + 10)
+    assert results[0]["payload_bytes"] < dense_bytes
+    assert results[0]["state_step"] == STEPS
+
+
+@pytest.fixture(scope="module")
+def dense_with_momentum(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("dense_with_momentum"), compression="NoCompression", **MOMENTUM_RUN)
+
+
+@pytest.mark.parametrize("compression, extra", [
+    ("EFSignSGD", {}), ("DRAGONN", {**SPARSE, "warmup_steps": 8}), ("PowerSGD", {"rank": 4})])
+def test_sgd_with_momentum_trains_like_dense(tmp_path, dense_with_momentum, compression, extra):
+    """One compressor of each family under SGD(momentum=0.9), as users compile it."""
+    assert_trains_like_dense_with_momentum(train, tmp_path, dense_with_momentum, compression, extra)
+
+
+def test_frozen_variance_adam_freezes_where_the_strategy_starts_compressing(tmp_path):
+    results = train(tmp_path, compression="EFSignSGD", optimizer="frozen_adam", lr=0.01, warmup_steps=8)
+    assert_identical_weights(results)
+    for worker in results:
+        assert worker["variance_steps"] == 8
+        assert worker["variance_at_warmup_end"] == worker["variance_at_end"]  # not moved by compressed steps
+        assert min(worker["variance_at_end"]) > 0
+    assert results[0]["losses"][-1] < 0.85 * results[0]["losses"][0], results[0]["losses"]
+
+
+def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):
+    results = train(tmp_path, compression="EFSignSGD", loop="custom", check_mass=True,
+                    min_compress_elements=100, lr=0.2)
+    assert_identical_weights(results)
+    assert results[0]["losses"][-1] < 0.85 * results[0]["losses"][0]
+    for worker in results:
+        # gradient + old residual == what was sent (mean|p| sign p) + new residual, per tensor
+        assert worker["mass_error"] < 1e-5, worker["mass_error"]
+        assert worker["compressed_tensors"] >= 2
+
+
+def test_unknown_compressor_fails_at_construction():
+    with pytest.raises(ValueError, match="compression must be a tfcomp compressor"):
+        tfcomp.distribute.MultiWorkerMirroredStrategy(compression="topk")
+
+
+def test_workers_disagreeing_on_the_compressor_fail_clearly(tmp_path):
+    start = time.monotonic()
+    codes, logs, _ = run_workers("tests.workers.mwms_worker", 2, ["--timeout=20"], tmp_path,
+                                 per_worker_args=[["--compression=SignSGD"], ["--compression=EFSignSGD"]])
+    assert codes == [1, 1], logs
+    for log in logs:
+        assert "workers disagree on the compression" in log
+        assert "SignSGD" in log
+    assert time.monotonic() - start < 120
+
+
+def test_a_lost_worker_fails_the_step_instead_of_hanging(tmp_path):
+    start = time.monotonic()
+    codes, logs, _ = run_workers("tests.workers.mwms_worker", 2, ["--compression=EFSignSGD", "--timeout=10"], tmp_path,
+                                 per_worker_args=[[], ["--interrupt_at=3"]])
+    assert codes[1] == 3
+    assert codes[0] not in (0, None) and codes[0] > 0, "the surviving worker must fail, not hang or be killed"
+    errors = ("DeadlineExceeded", "timed out", "Unavailable", "Aborted", "Cancelled")
+    assert any(e in logs[0] for e in errors), logs[0][-2000:]  # a collective error, whichever comes first
+    assert time.monotonic() - start < 120
+
+
+def kill_one_worker(out_dir, workers, killed, extra=()):
+    """Worker `killed` SIGKILLs itself as it starts step KILLED_STEP; returns (codes, logs)."""
+    per_worker = [["--kill_at=20"] if t == killed else [] for t in range(workers)]
+    codes, logs, _ = run_workers("tests.workers.mwms_worker", workers, ["--compression=EFSignSGD", *extra], out_dir,
+                                 per_worker_args=per_worker)
+    assert codes[killed] == -signal.SIGKILL, codes
+    assert processes.running(str(out_dir)) == []  # no worker is left behind
+    return codes, logs
+
+
+KILLED_STEP = 21  # --kill_at=20: the worker dies when it starts the 21st step
+
+
+@pytest.mark.parametrize("workers, killed, loop", [(2, 1, "fit"), (3, 0, "fit"), (2, 1, "custom")])
+def test_a_killed_worker_fails_every_other_worker_with_its_name_and_step(tmp_path, workers, killed, loop):
+    start = time.monotonic()
+    # A collective timeout far above the time the test allows: the loss must fail the step, not the timeout.
+    codes, logs = kill_one_worker(tmp_path, workers, killed, ["--timeout=600", f"--loop={loop}"])
+    # Keras 3's fit calls on_train_batch_begin (where the worker kills itself) while the step before
+    # may still be running on the others: the step named is the one the survivors were in.
+    # A survivor may also still be finishing the step before, after their last exchange.
+    steps = f"({KILLED_STEP - 1}|{KILLED_STEP})" if KERAS3 and loop == "fit" else KILLED_STEP
+    # An error-level log line (E<mmdd> ...), which may follow other output on its line: stderr is shared.
+    named = re.compile(rf"E\d{{4}} .*tfcomp: worker {killed} \(localhost:\d+, pid \d+\) was lost (during "
+                       rf"training step {steps}|after training step {KILLED_STEP - 1}): its process ended "
+                       rf"without leaving")
+    for task in range(workers):
+        if task != killed:
+            assert codes[task] == 1, (codes, logs[task][-3000:])
+            assert named.search(logs[task]), logs[task][-3000:]
+            assert "UnavailableError" in logs[task], logs[task][-3000:]
+            lost = set(re.findall(r"tfcomp: (?:then )?worker (\d+) \(", logs[task]))
+            assert lost == {str(killed)}, lost  # a survivor that failed and left is not blamed
+    # The step's error also carries the message where the watch aborted the collectives before one
+    # failed on the closed connection (a race; the log line above is there either way).
+    assert time.monotonic() - start < 150
+
+
+def test_backup_and_restore_resumes_after_a_worker_is_killed(tmp_path):
+    backup = tmp_path / "backup"
+    kill_one_worker(tmp_path / "killed", 2, 1, ["--timeout=600", f"--backup_dir={backup}"])
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights([*resumed, uninterrupted[0]])
+    assert resumed[0]["state_step"] == STEPS
+
+
+def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
+    backup = tmp_path / "backup"
+    codes, logs, _ = run_workers("tests.workers.mwms_worker", 2, ["--compression=EFSignSGD", f"--backup_dir={backup}",
+                                                          "--interrupt_at=20"], tmp_path / "interrupted")
+    assert codes == [3, 3], logs
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights([*resumed, uninterrupted[0]])
+    assert resumed[0]["state_step"] == STEPS
+
+
+@pytest.mark.skipif(KERAS3, reason="Keras 3 saves .keras archives, not SavedModels: the test below")
+def test_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path):
+    saved = tmp_path / "saved"
+    first = train(tmp_path / "first", compression="EFSignSGD", steps=STEPS // 2, save_dir=saved)
+    assert (saved / "model" / "saved_model.pb").exists()
+    shapes = dict((name, shape) for name, shape in first[0]["saved_variables"])
+    residuals = [shape for name, shape in shapes.items() if "tfcomp_state" in name and "residual" in name]
+    assert residuals and all(shape[0] == 2 for shape in residuals), shapes  # both workers' rows
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", steps=STEPS // 2,
+                    load_weights=saved / "model" / "variables" / "variables")
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights([*resumed, uninterrupted[0]])
+    assert resumed[0]["state_step"] == STEPS
+
+
+@pytest.mark.skipif(not KERAS3, reason="Keras 2's model.save writes a SavedModel: the test above")
+def test_keras3_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path):
+    import h5py  # pylint: disable=import-outside-toplevel
+    saved = tmp_path / "saved"
+    first = train(tmp_path / "first", compression="EFSignSGD", steps=STEPS // 2, save_dir=saved)
+    archive = saved / "model.keras"
+    with zipfile.ZipFile(archive) as z, h5py.File(io.BytesIO(z.read("model.weights.h5")), "r") as weights:
+        shapes = {}
+        weights.visititems(lambda name, item: shapes.update({name: item.shape}) if hasattr(item, "shape") else None)
+    residuals = [shape for name, shape in shapes.items() if "tfcomp_state:" in name and "residual" in name]
+    assert residuals and all(shape[0] == 2 for shape in residuals), shapes  # both workers' rows
+    assert first[0]["state_step"] == STEPS // 2
+    resumed = train(tmp_path / "resumed", compression="EFSignSGD", steps=STEPS // 2, load_weights=archive)
+    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
+    assert_identical_weights([*resumed, uninterrupted[0]])
+    assert resumed[0]["state_step"] == STEPS
+
+
+def test_tensor_selection_shares_profiles_and_agrees(tmp_path):
+    """With selection on, the small test model's tensors stay dense (they are not
+    worth compressing at 10 Gbit/s), and every worker decides the same."""
+    results = train(tmp_path, compression="DRAGONN", min_compress_elements=1)
+    assert_identical_weights(results)
+    dense_bytes = 4 * (64 * 64 + 64 + 64 * 10 + 10)
+    assert results[0]["payload_bytes"] == dense_bytes  # nothing compressed: no non-finite flag either

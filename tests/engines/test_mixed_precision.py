@@ -1,0 +1,79 @@
+"""mixed_float16 under model.fit with 2 real workers, on both engines: a loss
+scale that overflows at chosen steps (one worker's batch holds a value float16
+cannot represent) skips those steps on every worker, as with TensorFlow's and
+Horovod's own uncompressed training, and training goes on with finite weights
+identical on every worker."""
+import numpy as np
+import pytest
+
+from tests.cluster.horovod_cluster import horovodrun
+from tests.cluster.local_cluster import run_workers
+from tests.workers.workload import BATCHES_PER_EPOCH, assert_identical_weights
+
+POISON_BATCHES = [3, 5]  # of every epoch of 8 batches
+STEPS = 32
+INITIAL_SCALE = 2.0 ** 15  # Keras' dynamic loss scale starts here and halves on each overflow
+
+
+def train(engine, tmp_path, **flags):
+    args = [f"--engine={engine}", f"--poison_batches={','.join(map(str, POISON_BATCHES))}", f"--steps={STEPS}",
+            *(f"--{k}={v}" for k, v in flags.items())]
+    if engine == "distribute":
+        codes, logs, results = run_workers("tests.workers.mixed_precision_worker", 2, args, tmp_path)
+        assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
+    else:
+        code, log, results = horovodrun("tests.workers.mixed_precision_worker", 2, args, tmp_path)
+        assert code == 0 and None not in results, log[-4000:]
+    return results
+
+
+def expected_scales():
+    """Keras' dynamic loss scale after each step: halved after an overflowing one
+    (no growth within 2000 steps)."""
+    scale, scales = INITIAL_SCALE, []
+    for step in range(STEPS):
+        if step % BATCHES_PER_EPOCH in POISON_BATCHES:
+            scale /= 2
+        scales.append(scale)
+    return scales
+
+
+@pytest.fixture(scope="module")
+def uncompressed(request, tmp_path_factory):
+    """TensorFlow's own strategy, or Horovod's own optimizer, on the same data."""
+    results = train(request.param, tmp_path_factory.mktemp(f"plain-{request.param}"), plain=True)
+    return request.param, results
+
+
+# One compressor of each family on tf.distribute; Horovod runs the same exchange, so there
+# the uncompressed path and one compressor (the one test below also wraps both ways).
+@pytest.mark.parametrize("uncompressed, compression", [
+    ("distribute", "NoCompression"), ("distribute", "EFSignSGD"), ("distribute", "DRAGONN"),
+    ("distribute", "ACPSGD"), ("horovod", "NoCompression"), ("horovod", "DRAGONN")], indirect=["uncompressed"])
+def test_overflow_skips_the_step_on_every_worker_and_training_goes_on(uncompressed, compression, tmp_path):
+    engine, plain = uncompressed
+    assert plain[0]["loss_scales"] == expected_scales(), "the uncompressed reference must see the overflows"
+    results = train(engine, tmp_path, compression=compression)
+    assert_identical_weights(results)
+    for result in results:
+        assert result["finite"], "weights must stay finite"
+        assert result["loss_scales"] == plain[0]["loss_scales"]
+        assert result["iterations"] == plain[0]["iterations"] == STEPS
+        # Nothing compressed: no flag, no state to protect, and every step counts.
+        skipped = 0 if compression == "NoCompression" else STEPS // BATCHES_PER_EPOCH * len(POISON_BATCHES)
+        assert result["state_step"] == STEPS - skipped, "overflowing steps leave the compressor state"
+    if compression == "NoCompression":  # the same arithmetic as the uncompressed engine, up to summation order
+        for a, b in zip(results[0]["weights"], plain[0]["weights"]):
+            np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
+
+
+def test_horovod_exchanges_unscaled_gradients_whichever_optimizer_wraps_the_other(tmp_path):
+    """Keras wraps the compiled optimizer in a LossScaleOptimizer: tfcomp's then
+    sees scaled gradients, divides the scale out for the exchange and puts it
+    back, so error feedback trains exactly as with the LossScaleOptimizer inside."""
+    inside = train("horovod", tmp_path / "inside", compression="EFSignSGD")
+    outside = train("horovod", tmp_path / "outside", compression="EFSignSGD", keras_wraps=True)
+    assert outside[0]["optimizer_class"] == "LossScaleOptimizerV3"
+    assert outside[0]["loss_scales"] == expected_scales()
+    assert outside[0]["state_step"] == inside[0]["state_step"]
+    assert_identical_weights([*inside, *outside])

@@ -1,0 +1,1 @@
+"""tfcomp.exchange: tensor selection, the compression-profile cache and the non-finite check."""

@@ -1,0 +1,1 @@
+"""tfcomp.keras: FrozenVarianceAdam and the Keras versions tfcomp runs under."""

@@ -1,0 +1,1 @@
+"""tfcomp.plan: a compressor per tensor."""

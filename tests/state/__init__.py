@@ -1,0 +1,1 @@
+"""tfcomp.state: the compressors' variables in checkpoints."""

@@ -1,0 +1,1 @@
+"""tfcomp.testing: the in-process K-worker emulator."""
