@@ -203,7 +203,7 @@ def test_backup_and_restore_resumes_after_a_rank_is_killed(tmp_path):
 def test_timeline_records_every_ranks_phases(tmp_path, loop):
     """Under model.fit and in a custom loop with the tape (which this run also checks trains:
     ranks identical, loss down, the compressor's state stepped every step)."""
-    from test_timeline import check_steps, read_files  # pylint: disable=import-outside-toplevel
+    from tests.callbacks.test_timeline import check_steps, read_files  # pylint: disable=import-outside-toplevel
     timeline = tmp_path / "timeline"
     results = train(tmp_path / "run", loop=loop, compression="DRAGONN", lr=0.2, trace_dir=timeline, **SPARSE)
     if loop == "custom":
