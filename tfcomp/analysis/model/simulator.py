@@ -183,21 +183,19 @@ def _add_transfers(wire, half, transfers, sign, keep=False):
     no collective, and no latency, left), or with keep, stays at 0."""
     for r, t in enumerate(transfers):
         key = 2 * r + (t.collective != ALLREDUCE)
-        nbytes = wire.get(key, 0.0) + sign * t.nbytes
-        if nbytes > _NO_BYTES:
-            wire[key] = nbytes
-        elif keep:
-            wire[key] = 0.0
-        else:
-            wire.pop(key, None)
+        _count_bytes(wire, key, sign * t.nbytes, keep)
         if t.half:
-            halves = half.get(key, 0.0) + sign * t.nbytes
-            if halves > _NO_BYTES:
-                half[key] = halves
-            elif keep:
-                half[key] = 0.0
-            else:
-                half.pop(key, None)
+            _count_bytes(half, key, sign * t.nbytes, keep)
+
+
+def _count_bytes(counts, key, added, keep):
+    nbytes = counts.get(key, 0.0) + added
+    if nbytes > _NO_BYTES:
+        counts[key] = nbytes
+    elif keep:
+        counts[key] = 0.0
+    else:
+        counts.pop(key, None)
 
 
 def _collectives(wire, half, network, compression_ratio):
