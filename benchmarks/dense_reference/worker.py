@@ -15,7 +15,7 @@ from absl import app, flags
 
 import tfcomp
 import tfcomp.horovod
-from benchmarks.harness.timing import StepTimes
+from tests.cluster.step_times import StepTimes
 from models import registry
 
 FLAGS = flags.FLAGS

@@ -19,7 +19,7 @@ from absl import app, flags
 
 import tfcomp
 from benchmarks.harness import train_worker
-from benchmarks.harness.timing import StepTimes
+from tests.cluster.step_times import StepTimes
 from models import registry
 
 FLAGS = flags.FLAGS

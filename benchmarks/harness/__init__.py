@@ -1,7 +1,7 @@
 """What several of tfcomp's benchmarks share (each experiment has a folder of its own
 beside this one, run as `python -m benchmarks.EXPERIMENT`):
 
-- timing: medians of repeated calls, StepTimes (each training step's host time);
+- timing: medians of repeated calls (StepTimes, each step's host time, is in tests/cluster);
 - record: the machine, the command that reproduces a run, NAME.json and NAME.md;
 - compression_specs: the compressor specs the benchmarks pass around ('PowerSGD:rank=4',
   'auto', 'plan:PATH'), read by tfcomp.compressors.registry.parse_compressor;

@@ -1,5 +1,5 @@
-"""Timing for tfcomp's benchmarks: medians of repeated calls, and each training step's
-host time (StepTimes).
+"""Timing for tfcomp's benchmarks: medians of repeated calls (each training step's
+host time is tests.cluster.step_times.StepTimes, shared with the tests' workers).
 
 Speed is measured here, never asserted in tests. Each figure is the median of
 several runs taken side by side in one process, so ratios between them hold on
@@ -50,17 +50,3 @@ def interleaved_median_ms(fns, runs):
             fn()
             samples[name].append(time.perf_counter() - start)
     return {name: 1e3 * statistics.median(times) for name, times in samples.items()}
-
-
-class StepTimes(tf.keras.callbacks.Callback):
-    """Host wall time of each training batch, from batch begin to batch end."""
-
-    def __init__(self):
-        super().__init__()
-        self.times, self._start = [], None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter() - self._start)

@@ -14,7 +14,7 @@ from absl import app, flags, logging
 
 import tfcomp
 from benchmarks.harness import compression_specs
-from benchmarks.harness.timing import StepTimes
+from tests.cluster.step_times import StepTimes
 from models import digits, registry
 from tfcomp.keras import version as keras_in_use
 from tfcomp.compressors.sparse import Sparsifier

@@ -12,7 +12,7 @@ import statistics
 from absl import app, flags
 
 from benchmarks.harness import train_worker
-from benchmarks.harness.timing import StepTimes
+from tests.cluster.step_times import StepTimes
 from benchmarks.long_run.probe import LongRunProbe, count_traces
 from models import digits
 

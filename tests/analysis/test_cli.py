@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tfcomp.analysis.cli import main as cli
-from tfcomp.analysis.cli import options as cli_options
+from tfcomp.analysis.model.links import links
 from tfcomp.costs import network as costs
 from tfcomp.costs.network import ALLREDUCE, Link, Transfer
 from tfcomp.analysis.model.fusion_policies import CycleFusion
@@ -175,7 +175,7 @@ def test_whatif_and_predict_put_the_finite_check_before_compressed_steps_only():
     checked = whatif_model.sweep(profile, [1.0, 10.0], [2, 8], ["TopK"])
     assert np.array_equal(checked.iteration_s[:, 0], plain.iteration_s[:, 0])  # dense: the engine's own allreduce
     assert np.all(checked.iteration_s[:, 1] > plain.iteration_s[:, 1])
-    link, gather = cli_options.links(profile, 1.0)
+    link, gather = links(profile, 1.0)
     expected = simulate_profile(profile, 8, compressor="TopK", link=link, allgather_link=gather,
                                 finite_check=True).iteration_s
     assert checked.iteration_s[0, 1, 1, 0] == pytest.approx(expected, rel=1e-12)

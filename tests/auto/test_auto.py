@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import tfcomp
 from tfcomp.analysis.model.profile import Profile
-from tfcomp.auto.core import AUDIT, DENSE, PLANNED, PROFILING
+from tfcomp.auto.phases import AUDIT, DENSE, PLANNED, PROFILING
 from tfcomp.exchange.step import Exchange
 from tfcomp.state.variables import CompressionState
 from tfcomp.testing import Emulator

@@ -10,6 +10,7 @@ import tensorflow as tf
 from absl import app, flags
 
 import tfcomp
+from tests.cluster.step_times import StepTimes
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path.")
@@ -24,21 +25,6 @@ flags.DEFINE_integer("warmup_steps", 0, "Exchange option.")
 
 GLOBAL_BATCH = 256
 FEATURES = 256
-
-
-class StepTimes(tf.keras.callbacks.Callback):
-    """Host wall time of each training batch, from batch begin to batch end (what the
-    test compares with the Timeline's step windows)."""
-
-    def __init__(self):
-        super().__init__()
-        self.times, self._start = [], None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter() - self._start)
 
 
 def data():

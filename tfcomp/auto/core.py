@@ -33,7 +33,7 @@ from absl import logging
 from tfcomp.compressors.registry import resolve, short_repr
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.auto.callback import AutoCallback
-from tfcomp.auto.phases import AUDIT, DENSE, PLANNED, PROFILING  # pylint: disable=unused-import
+from tfcomp.auto.phases import PLANNED, PROFILING
 from tfcomp.exchange.hooks import Controller
 from tfcomp.plan.plan import Plan
 from tfcomp.costs.network import Network
@@ -165,9 +165,6 @@ class Auto(Controller):
                              "Keras' model.fit with its callback: model.fit(..., callbacks=[auto.callback()]). "
                              "In a custom training loop, plan with `python -m tfcomp.analysis plan` and pass "
                              "the tfcomp.Plan it writes (tfcomp.Plan.load) instead.")
-
-    def binds_optimizer_variance(self):
-        return False
 
     def decide(self, phase, choices=None, record=True, **decision):
         """Hands the exchange what it now runs (the caller switches the train function) and,

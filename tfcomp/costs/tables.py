@@ -1,6 +1,6 @@
 """Seconds as a function of bytes, from a few measurements: Zhang et al.'s AddEst
-(Zhang et al.'s AddEst: vector-add time, linearly interpolated) and the per-size
-encode and decode times of a compressor. Plain Python: `python -m tfcomp.analysis
+(vector-add time, linearly interpolated) and the per-size encode and decode times
+of a compressor. Plain Python: `python -m tfcomp.analysis
 predict` imports no numpy, so that it answers as a fresh process in under 100 ms.
 
 Measured times are noisy where they are small: a vector add of 1 KB measured slower

@@ -54,11 +54,6 @@ class Controller:
     def check_can_trace(self):
         """Raises ValueError where a step cannot be traced under this controller."""
 
-    def binds_optimizer_variance(self):
-        """Whether an optimizer can learn when compression starts before training
-        (False where the controller decides it while training)."""
-        return True
-
 
 @dataclasses.dataclass
 class Workers:

@@ -36,13 +36,12 @@ does not flush. Only sign_pack's sign bits read the bit pattern.
 """
 import tensorflow as tf
 
-from tfcomp.ops.loader import (FLOAT_DTYPES, LIBRARY_PATH, REBUILD_HINT, OpLibraryError, build_info, library,
-                               library_path)
+from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.lowrank import lowrank_residual
 from tfcomp.ops.sign import sign_majority, sign_pack, sign_unpack
 from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, sparse_decode
 
-__all__ = ["FLOAT_DTYPES", "LIBRARY_PATH", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
+__all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
            "lowrank_residual", "sign_majority", "sign_pack", "sign_unpack", "hash_select", "index_dtype",
            "sampled_threshold", "sparse_decode"]
 

@@ -19,6 +19,7 @@ from tfcomp.compressors.cast import NoCompression
 from tfcomp.compressors.registry import parse_compressor, resolve, short_repr
 from tfcomp.exchange.hooks import PerTensor
 from tfcomp.plan import file as plan_file
+from tfcomp.plan import table as plan_table
 
 
 class Plan(PerTensor):
@@ -115,8 +116,7 @@ class Plan(PerTensor):
     def table(self, shapes_and_dtypes, names, num_workers, **exchange_options):
         """What every tensor runs with and sends, as a text table (exchange_options
         as tfcomp.exchange.step.Exchange's, for its eligibility rules)."""
-        from tfcomp.plan.table import table  # pylint: disable=import-outside-toplevel  (the table needs the exchange)
-        return table(self, list(shapes_and_dtypes), list(names), num_workers, **exchange_options)
+        return plan_table.table(self, list(shapes_and_dtypes), list(names), num_workers, **exchange_options)
 
     def __repr__(self):
         choices = ", ".join(f"{key!r}: {_repr(c)}" for key, c in self._entries)

@@ -3,13 +3,13 @@ import tensorflow as tf
 
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.compressors.registry import short_repr
+from tfcomp.exchange.step import Exchange
 
 MIB = 2**20
 
 
 def table(plan, shapes_and_dtypes, names, num_workers, **exchange_options):
     """The text table of Plan.table: tensor, shape, MiB, choice, bytes sent per step."""
-    from tfcomp.exchange.step import Exchange  # pylint: disable=import-outside-toplevel
     if len(shapes_and_dtypes) != len(names):
         raise ValueError(f"Plan.table: {len(shapes_and_dtypes)} shapes for {len(names)} names")
     exchange = Exchange(plan, **exchange_options)

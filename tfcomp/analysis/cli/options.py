@@ -7,7 +7,6 @@ from absl import flags
 from tfcomp.analysis.model.fusion_policies import HOROVOD_CYCLE_S, HOROVOD_FUSION_BYTES, BucketFusion, CycleFusion
 from tfcomp.analysis.model.profile import Profile
 from tfcomp.exchange.buckets import DEFAULT_BUCKET_BYTES
-from tfcomp.analysis.model.links import DENSE, links  # pylint: disable=unused-import  (the commands' names for them)
 
 MIB = 2**20
 

@@ -7,6 +7,7 @@ import json
 from absl import flags
 
 from tfcomp.analysis.cli import options as opts
+from tfcomp.analysis.model.links import links
 from tfcomp.analysis.model import planner
 
 SUMMARY = "Espresso's per-tensor compression plan, with its predicted step time beside every single compressor"
@@ -83,7 +84,7 @@ def run(fv, out):
         raise opts.UsageError(f"the profile {fv.profile} has no compressor measured: profile some first "
                               "(python -m tfcomp.analysis profile --compressors=...)")
     candidates = opts.check_compressors(profile, fv.candidates) if fv.candidates is not None else None
-    link, allgather_link = opts.links(profile, fv.bandwidth_gbps, latency_us)
+    link, allgather_link = links(profile, fv.bandwidth_gbps, latency_us)
     result = planner.plan(profile, workers, candidates, link=link, allgather_link=allgather_link, fusion=fusion,
                           offload=fv.offload)
     if fv.output:

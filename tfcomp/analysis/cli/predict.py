@@ -7,6 +7,7 @@ import json
 from absl import flags
 
 from tfcomp.analysis.cli import options as opts
+from tfcomp.analysis.model.links import DENSE, links
 from tfcomp.analysis.model.simulator import simulate_profile
 
 SUMMARY = "one configuration's predicted step time and its breakdown, dense and per compressor"
@@ -45,15 +46,15 @@ def predict(profile, workers, compressors=(), *, link=None, allgather_link=None,
     (links: the profile's measured ones unless given). Dense is the engine's own
     allreduce; a compressor runs in tfcomp's exchange, behind its finite check where
     the profile measured that."""
-    return {name: simulate_profile(profile, workers, compressor=None if name == opts.DENSE else name, link=link,
+    return {name: simulate_profile(profile, workers, compressor=None if name == DENSE else name, link=link,
                                    allgather_link=allgather_link, fusion=fusion,
-                                   finite_check=name != opts.DENSE and profile.finite_scan is not None)
-            for name in (opts.DENSE, *compressors)}
+                                   finite_check=name != DENSE and profile.finite_scan is not None)
+            for name in (DENSE, *compressors)}
 
 
 def speedups(results):
     """{name: dense step time / its step time}."""
-    dense = results[opts.DENSE].iteration_s
+    dense = results[DENSE].iteration_s
     return {name: dense / r.iteration_s for name, r in results.items()}
 
 
@@ -97,7 +98,7 @@ def run(fv, out):
     fusion = opts.fusion_policy(fv)
     profile = opts.load_profile(fv.profile)
     compressors = opts.check_compressors(profile, fv.compressor)
-    link, allgather_link = opts.links(profile, fv.bandwidth_gbps, latency_us)
+    link, allgather_link = links(profile, fv.bandwidth_gbps, latency_us)
     results = predict(profile, workers, compressors, link=link, allgather_link=allgather_link, fusion=fusion)
     report = as_dict if fv.json else as_text
     text = report(fv.profile, profile, workers, link, allgather_link, fusion, results)
