@@ -57,6 +57,12 @@ def orthonormalize(x, epsilon=0.0):
     return tf.linalg.qr(x)[0]
 
 
+def _estimate(p, q):
+    """P Q^T, written once. The mean over workers is taken on the thin factor, before
+    the product: dividing the n x m product would be another pass over the gradient."""
+    return tf.matmul(p, q, transpose_b=True)
+
+
 class LowRank(WorkerMomentum, Compressor):
     """Common part: rank, error feedback, the matrix view, seeded starting factors."""
 
@@ -164,8 +170,7 @@ class PowerSGD(LowRank):
             if self.use_error_feedback:
                 state["residual"].assign(tf.reshape(self._residual(matrix, p_hat, q_mean), grad.shape))
             state["q"].assign(q_mean)
-            return self.hand_off(tf.reshape(ctx.from_sum(tf.matmul(p_hat, q_sum, transpose_b=True)), grad.shape),
-                                 state)
+            return self.hand_off(tf.reshape(_estimate(p_hat, q_mean if ctx.average else q_sum), grad.shape), state)
 
         return Round([Payload(p, Collective.ALLREDUCE)], after_p)
 
@@ -209,11 +214,10 @@ class ACPSGD(LowRank):
 
         def finish(summed):
             total = summed[0]
-            state[sent_name].assign(total / tf.cast(ctx.num_workers, total.dtype))
-            if ctx.phase == 0:
-                estimate = tf.matmul(total, query, transpose_b=True)
-            else:
-                estimate = tf.matmul(query, total, transpose_b=True)
-            return self.hand_off(tf.reshape(ctx.from_sum(estimate), grad.shape), state)
+            mean = total / tf.cast(ctx.num_workers, total.dtype)
+            state[sent_name].assign(mean)
+            factor = mean if ctx.average else total
+            estimate = _estimate(factor, query) if ctx.phase == 0 else _estimate(query, factor)
+            return self.hand_off(tf.reshape(estimate, grad.shape), state)
 
         return Round([Payload(sent, Collective.ALLREDUCE)], finish)
