@@ -137,6 +137,7 @@ __attribute__((target("avx2"))) float EfSumBlockFloatAvx2(const float* g, const 
 
 // 8 elements of p = g + e: their clear-bit lanes, and the residuals
 // p - (+-scale) stored to residual.
+template <bool kStream>
 __attribute__((target("avx2"))) inline uint32_t EfPack8(const float* g, const float* e,
                                                        __m256 scale, __m256 neg_scale,
                                                        __m256i zero_clear, float* residual) {
@@ -144,10 +145,18 @@ __attribute__((target("avx2"))) inline uint32_t EfPack8(const float* g, const fl
   const __m256i clear = ClearLanes(p, zero_clear);
   // A clear bit was sent as -scale, a set one as +scale.
   const __m256 sent = _mm256_blendv_ps(scale, neg_scale, _mm256_castsi256_ps(clear));
-  _mm256_storeu_ps(residual, _mm256_sub_ps(p, sent));
+  if (kStream) {
+    _mm256_stream_ps(residual, _mm256_sub_ps(p, sent));
+  } else {
+    _mm256_storeu_ps(residual, _mm256_sub_ps(p, sent));
+  }
   return MaskOf(clear);
 }
 
+// kStream: the residual is written with non-temporal stores (residual must be
+// 32-byte aligned), which skip reading its lines into the cache first: on a
+// tensor larger than the cache that read would be a sixth pass.
+template <bool kStream>
 __attribute__((target("avx2"))) void EfPackBlockFloatAvx2(const float* g, const float* e,
                                                           int64_t count, float scale,
                                                           uint32_t zero_bit, uint32_t* words,
@@ -156,12 +165,14 @@ __attribute__((target("avx2"))) void EfPackBlockFloatAvx2(const float* g, const 
   const __m256i zero_clear = ZeroClear(zero_bit);
   int64_t i = 0;
   for (; i + 32 <= count; i += 32) {
-    const uint32_t clear = EfPack8(g + i, e + i, s, neg_s, zero_clear, residual + i) |
-                           EfPack8(g + i + 8, e + i + 8, s, neg_s, zero_clear, residual + i + 8) << 8 |
-                           EfPack8(g + i + 16, e + i + 16, s, neg_s, zero_clear, residual + i + 16) << 16 |
-                           EfPack8(g + i + 24, e + i + 24, s, neg_s, zero_clear, residual + i + 24) << 24;
+    const uint32_t clear =
+        EfPack8<kStream>(g + i, e + i, s, neg_s, zero_clear, residual + i) |
+        EfPack8<kStream>(g + i + 8, e + i + 8, s, neg_s, zero_clear, residual + i + 8) << 8 |
+        EfPack8<kStream>(g + i + 16, e + i + 16, s, neg_s, zero_clear, residual + i + 16) << 16 |
+        EfPack8<kStream>(g + i + 24, e + i + 24, s, neg_s, zero_clear, residual + i + 24) << 24;
     words[i / 32] = ~clear;
   }
+  if (kStream) _mm_sfence();
   if (i < count) {
     EfPackBlockGeneric(g + i, e + i, count - i, scale, zero_bit, words + i / 32, residual + i);
   }
@@ -315,9 +326,13 @@ typename sign::Accumulator<T>::type EfSumBlock(const T* g, const T* e, int64_t c
   return EfSumBlockGeneric(g, e, count);
 }
 
+// Tensors of at least this many bytes write their outputs with non-temporal
+// stores where the kernel has them: they would not stay in the cache anyway.
+constexpr int64_t kStreamBytes = int64_t{8} << 20;
+
 template <typename T>
 void EfPackBlock(const T* g, const T* e, int64_t count, T scale, uint32_t zero_bit,
-                 uint32_t* words, T* residual) {
+                 uint32_t* words, T* residual, bool /*stream*/) {
   EfPackBlockGeneric(g, e, count, scale, zero_bit, words, residual);
 }
 
@@ -336,9 +351,13 @@ float EfSumBlock<float>(const float* g, const float* e, int64_t count) {
 
 template <>
 void EfPackBlock<float>(const float* g, const float* e, int64_t count, float scale,
-                        uint32_t zero_bit, uint32_t* words, float* residual) {
+                        uint32_t zero_bit, uint32_t* words, float* residual, bool stream) {
   if (IsaSupported(Isa::kAvx2)) {
-    EfPackBlockFloatAvx2(g, e, count, scale, zero_bit, words, residual);
+    if (stream && reinterpret_cast<uintptr_t>(residual) % 32 == 0) {
+      EfPackBlockFloatAvx2<true>(g, e, count, scale, zero_bit, words, residual);
+    } else {
+      EfPackBlockFloatAvx2<false>(g, e, count, scale, zero_bit, words, residual);
+    }
   } else {
     EfPackBlockGeneric(g, e, count, scale, zero_bit, words, residual);
   }
@@ -456,12 +475,13 @@ struct SignEfPack<CPUDevice, T> {
     const T s = static_cast<T>(n > 0 ? total / static_cast<double>(n) : 0.0);
     *scale = s;
     // Pass 2: the words and the residuals.
+    const bool stream = n * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
     ShardCpu(ctx, blocks, sign::kScaleBlockElements * 4, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         const int64_t first = b * sign::kScaleBlockElements;
         const int64_t count = std::min(sign::kScaleBlockElements, n - first);
         EfPackBlock(g + first, e + first, count, s, zero_bit, words + first / sign::kBitsPerWord,
-                    residual + first);
+                    residual + first, stream);
       }
     });
   }
