@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from tests.ops import sparse_reference as sparse_ref
 from tests.ops.test_lowrank import reference as lowrank_reference
-from tests.ops.test_sign import reference_majority, reference_pack, unpack_bits
+from tests.ops.test_sign import pack_bits, reference_majority, reference_pack, unpack_bits
 from tfcomp import ops
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
@@ -219,6 +219,76 @@ def test_sign_majority_is_the_sign_of_the_summed_signs(data):
     np.testing.assert_array_equal(ops.sign_majority(words, n).numpy(), np.sign(votes.sum(axis=0)))
 
 
+@given(st.data())
+def test_sign_pack_zero_bit(data):
+    dtype = data.draw(dtypes, "dtype")
+    x = data.draw(arrays(dtype), "x")
+    zero_bit = data.draw(st.booleans(), "zero_bit")
+    words, scale = ops.sign_pack(x, zero_bit)
+    wide = x.reshape(-1).astype(np.float64)
+    with np.errstate(over="ignore"):
+        bits = unpack_bits(reference_pack(x)[0], x.size)
+    bits[wide == 0] = zero_bit
+    assert_same_bits(words.numpy(), pack_bits(bits))
+    assert_same_bits(scale.numpy(), ops.sign_pack(x)[1].numpy())  # zeros add nothing either way
+
+
+@given(st.data())
+def test_sign_ef_pack(data):
+    dtype = data.draw(dtypes, "dtype")
+    g = data.draw(arrays(dtype, bound=1e3), "g")
+    e = data.draw(arrays(dtype, shape=g.shape, bound=1e3), "e")
+    zero_bit = data.draw(st.booleans(), "zero_bit")
+    words, scale, residual = ops.sign_ef_pack(g, e, zero_bit)
+    # p as the CPU computes it: inputs and the sum read with subnormals flushed.
+    acc = acc_dtype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide = as_read(g).astype(acc) + as_read(e).astype(acc)
+        p = as_read(wide).astype(np_dtype(dtype))
+    # Words and scale: sign_pack's of p, bit for bit.
+    packed_words, packed_scale = ops.sign_pack(p, zero_bit)
+    assert_same_bits(words.numpy(), packed_words.numpy())
+    assert_equal_or_both_nan(scale.numpy(), packed_scale.numpy())
+    s = np.asarray(scale.numpy()).astype(acc)
+    sent = np.where(unpack_bits(words.numpy(), p.size), s, -s).astype(acc)
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = as_read(p.reshape(-1).astype(acc) - sent).astype(np_dtype(dtype)).reshape(g.shape)
+    assert residual.shape == g.shape
+    assert_equal_or_both_nan(residual.numpy(), expected)
+
+
+@given(st.data())
+def test_sign_scaled_sum(data):
+    dtype = data.draw(dtypes, "dtype")
+    k = data.draw(st.one_of(st.integers(1, 9), st.sampled_from([127, 128, 300])), "K")
+    num_words = data.draw(st.integers(0, 5), "W")
+    n = data.draw(st.integers(0, 32 * num_words), "n")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), "rng"))
+    words = rng.integers(0, 2**32, (k, num_words), dtype=np.uint64).astype(np.uint32)
+    scales = to_dtype(rng.random(k) * 10.0 ** data.draw(st.integers(-3, 3)), dtype, (k,))
+    weight = data.draw(st.sampled_from([1.0, 1.0 / k, 0.5]), "weight")
+    out = ops.sign_scaled_sum(words, scales, n, weight)
+    accd = acc_dtype(dtype)
+    total = np.zeros(n, accd)
+    for row, s in zip(words, scales.astype(accd)):
+        total = as_read((total + np.where(unpack_bits(row, n), s, -s).astype(accd)).astype(accd))
+    expected = as_read(total * accd(to_dtype(weight, dtype, ()))).astype(np_dtype(dtype))
+    assert out.dtype == dtype and out.shape == (n,)
+    assert_same_bits(out.numpy(), expected)
+
+
+@given(st.data())
+def test_sign_majority_wide_k_takes_every_path(data):
+    """K around the vectorized path's 127-row limit gives the generic path's votes."""
+    k = data.draw(st.sampled_from([126, 127, 128, 129]), "K")
+    n = data.draw(st.integers(0, 100), "n")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), "rng"))
+    words = rng.integers(0, 2**32, (k, -(-n // 32)), dtype=np.uint64).astype(np.uint32)
+    for dtype in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
+        out = ops.sign_majority(words, n, dtype=dtype)
+        assert_same_bits(out.numpy(), reference_majority(words, n).astype(np_dtype(dtype)))
+
+
 # --- hash_select, sampled_threshold, sparse_decode --------------------------------------------
 
 @given(st.data())
@@ -394,7 +464,7 @@ FLOATS = "float16, bfloat16, float32, float64"
 EAGER_CASES = [
     # sign_pack takes any shape; only its dtype can be wrong.
     ("sign_pack", lambda: ops.sign_pack(i32(1, 2)), FLOATS),
-    ("sign_pack", lambda: L().tfcomp_sign_pack(tf.constant([1, 2])), "attr 'T' of int32 is not in the list"),
+    ("sign_pack", lambda: L().tfcomp_sign_pack(tf.constant([1, 2]), True), "attr 'T' of int32 is not in the list"),
     ("sign_unpack", lambda: ops.sign_unpack(u32(3), 1.0, 97), r"n = 97 is larger than 32 \* W = 96"),
     ("sign_unpack", lambda: ops.sign_unpack(u32(0), 1.0, 1), r"n = 1 is larger than 32 \* W = 0"),
     ("sign_unpack", lambda: ops.sign_unpack(u32(3), 1.0, -1), "n must be >= 0, got -1"),
