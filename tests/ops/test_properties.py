@@ -465,6 +465,16 @@ EAGER_CASES = [
     # sign_pack takes any shape; only its dtype can be wrong.
     ("sign_pack", lambda: ops.sign_pack(i32(1, 2)), FLOATS),
     ("sign_pack", lambda: L().tfcomp_sign_pack(tf.constant([1, 2]), True), "attr 'T' of int32 is not in the list"),
+    ("sign_pack", lambda: ops.sign_pack(f32(3), [True, False]), r"zero_bit must be a scalar bool, got shape \[2\]"),
+    ("sign_ef_pack", lambda: ops.sign_ef_pack(i32(1, 2), i32(1, 2)), FLOATS),
+    ("sign_ef_pack", lambda: ops.sign_ef_pack(f32(3), f32(4)), r"must have the same shape, got \[3\] and \[4\]"),
+    ("sign_ef_pack", lambda: ops.sign_ef_pack(f32(3), f32(3), [True]), "zero_bit must be a scalar bool"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), f32(2), 97), r"n = 97 is larger than 32 \* W = 96"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), f32(3), 10), "one scale per worker"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(3), f32(1), 10), "words must be a matrix"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(0, 3), f32(0), 10), "at least one worker"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), f32(2), 10, f32(2)), "weight must be a scalar"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), i32(1, 2), 10), FLOATS),
     ("sign_unpack", lambda: ops.sign_unpack(u32(3), 1.0, 97), r"n = 97 is larger than 32 \* W = 96"),
     ("sign_unpack", lambda: ops.sign_unpack(u32(0), 1.0, 1), r"n = 1 is larger than 32 \* W = 0"),
     ("sign_unpack", lambda: ops.sign_unpack(u32(3), 1.0, -1), "n must be >= 0, got -1"),
@@ -583,6 +593,8 @@ def unknown_shapes(fn, *specs):
 _sign_pack = unknown_shapes(lambda x: ops.sign_pack(x), "f32")
 _sign_unpack = unknown_shapes(lambda w, s, n: ops.sign_unpack(w, s, n), "u32", "f32", "i64")
 _sign_majority = unknown_shapes(lambda w, n: ops.sign_majority(w, n), "u32", "i64")
+_sign_ef_pack = unknown_shapes(lambda g, e: ops.sign_ef_pack(g, e, False), "f32", "f32")
+_sign_scaled_sum = unknown_shapes(lambda w, s, n: ops.sign_scaled_sum(w, s, n, 0.5), "u32", "f32", "i64")
 _hash_select = unknown_shapes(lambda g, t, s: ops.hash_select(g, t, s, 4), "f32", "f32", "i64")
 _sampled_threshold = unknown_shapes(lambda g, s: ops.sampled_threshold(g, s, 8, 2), "f32", "i64")
 _sparse_decode32 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i32", "i64")
@@ -593,6 +605,12 @@ one, n64 = np.float32(1), np.int64
 # The same kinds of mistakes inside a graph with unknown shapes: the kernels' own checks.
 GRAPH_CASES = [
     ("sign_pack", lambda: _sign_pack(f32(2, 0, 3)), None),  # any shape is valid, an empty one too
+    ("sign_ef_pack", lambda: _sign_ef_pack(f32(2, 0, 3), f32(2, 0, 3)), None),
+    ("sign_ef_pack", lambda: _sign_ef_pack(f32(2, 3), f32(3, 2)), "grad and residual must have the same shape"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(2, 3), f32(2), n64(97)), r"n = 97 is larger than 32 \* W = 96"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(2, 3), f32(2), n64(-1)), "n must be >= 0, got -1"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(2, 3), f32(1), n64(3)), "one scale per worker"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(3), f32(1), n64(3)), r"words must be a matrix"),
     ("sign_unpack", lambda: _sign_unpack(u32(3), one, n64(97)), r"n = 97 is larger than 32 \* W = 96"),
     ("sign_unpack", lambda: _sign_unpack(u32(3), one, n64(-1)), "n must be >= 0, got -1"),
     ("sign_unpack", lambda: _sign_unpack(u32(3), one, i64(1, 2)), r"n must be a scalar int64, got shape \[2\]"),
@@ -670,7 +688,7 @@ def test_constant_negative_or_too_large_n():
 
 def test_every_op_is_covered():
     """A new op in ops.py needs its properties and malformed inputs here."""
-    names = {"sign_pack", "sign_unpack", "sign_majority", "sampled_threshold", "hash_select", "sparse_decode",
+    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold", "hash_select", "sparse_decode",
              "lowrank_residual"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
