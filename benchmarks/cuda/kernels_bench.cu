@@ -219,8 +219,8 @@ void BenchSign(int64_t n) {
 
   Emit("read", dt, n, 0, MedianMs([&] { StreamRead(pool.Next(), n, sink.ptr); }), in_bytes);
   Emit("sign_pack", dt, n, 0, MedianMs([&] {
-         CHECK_CUDA(sg::cuda::LaunchSignPack(pool.Next(), n, words.ptr, partials.ptr, scale.ptr,
-                                             nullptr));
+         CHECK_CUDA(sg::cuda::LaunchSignPack(pool.Next(), n, 1u, words.ptr, partials.ptr,
+                                             scale.ptr, nullptr));
        }), in_bytes + packed_bytes);
   Emit("sign_pack_composed", dt, n, 0, MedianMs([&] {
          SignComposed(pool.Next(), n, abs_tmp.ptr, flags.ptr, sum.ptr, words.ptr);
@@ -231,6 +231,22 @@ void BenchSign(int64_t n) {
   Emit("sign_majority", dt, n, 8, MedianMs([&] {
          CHECK_CUDA(sg::cuda::LaunchSignMajority(words.ptr, 8, num_words, n, out.ptr, nullptr));
        }), in_bytes + 8 * packed_bytes);
+  Emit("sign_majority", dt, n, 2, MedianMs([&] {
+         CHECK_CUDA(sg::cuda::LaunchSignMajority(words.ptr, 2, num_words, n, out.ptr, nullptr));
+       }), in_bytes + 2 * packed_bytes);
+  // EF-sign encode: reads g and e twice, writes the residual and the words.
+  DeviceArray<T> residual(n);
+  Emit("sign_ef_pack", dt, n, 0, MedianMs([&] {
+         const T* g = pool.Next();
+         CHECK_CUDA(sg::cuda::LaunchSignEfPack(g, out.ptr, n, 0u, words.ptr, partials.ptr,
+                                               scale.ptr, residual.ptr, nullptr));
+       }), 5 * in_bytes + packed_bytes);
+  for (int k : {2, 8}) {
+    Emit("sign_scaled_sum", dt, n, k, MedianMs([&] {
+           CHECK_CUDA(sg::cuda::LaunchSignScaledSum(words.ptr, scale.ptr, k, num_words, n,
+                                                    static_cast<T>(0.5f), out.ptr, nullptr));
+         }), in_bytes + k * packed_bytes);
+  }
 }
 
 // ---- selection ----

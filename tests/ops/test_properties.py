@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from tests.ops import sparse_reference as sparse_ref
 from tests.ops.test_lowrank import reference as lowrank_reference
-from tests.ops.test_sign import reference_majority, reference_pack, unpack_bits
+from tests.ops.test_sign import pack_bits, reference_majority, reference_pack, unpack_bits
 from tfcomp import ops
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
@@ -219,6 +219,76 @@ def test_sign_majority_is_the_sign_of_the_summed_signs(data):
     np.testing.assert_array_equal(ops.sign_majority(words, n).numpy(), np.sign(votes.sum(axis=0)))
 
 
+@given(st.data())
+def test_sign_pack_zero_bit(data):
+    dtype = data.draw(dtypes, "dtype")
+    x = data.draw(arrays(dtype), "x")
+    zero_bit = data.draw(st.booleans(), "zero_bit")
+    words, scale = ops.sign_pack(x, zero_bit)
+    wide = x.reshape(-1).astype(np.float64)
+    with np.errstate(over="ignore"):
+        bits = unpack_bits(reference_pack(x)[0], x.size)
+    bits[wide == 0] = zero_bit
+    assert_same_bits(words.numpy(), pack_bits(bits))
+    assert_same_bits(scale.numpy(), ops.sign_pack(x)[1].numpy())  # zeros add nothing either way
+
+
+@given(st.data())
+def test_sign_ef_pack(data):
+    dtype = data.draw(dtypes, "dtype")
+    g = data.draw(arrays(dtype, bound=1e3), "g")
+    e = data.draw(arrays(dtype, shape=g.shape, bound=1e3), "e")
+    zero_bit = data.draw(st.booleans(), "zero_bit")
+    words, scale, residual = ops.sign_ef_pack(g, e, zero_bit)
+    # p as the CPU computes it: inputs and the sum read with subnormals flushed.
+    acc = acc_dtype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide = as_read(g).astype(acc) + as_read(e).astype(acc)
+        p = as_read(wide).astype(np_dtype(dtype))
+    # Words and scale: sign_pack's of p, bit for bit.
+    packed_words, packed_scale = ops.sign_pack(p, zero_bit)
+    assert_same_bits(words.numpy(), packed_words.numpy())
+    assert_equal_or_both_nan(scale.numpy(), packed_scale.numpy())
+    s = np.asarray(scale.numpy()).astype(acc)
+    sent = np.where(unpack_bits(words.numpy(), p.size), s, -s).astype(acc)
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = as_read(p.reshape(-1).astype(acc) - sent).astype(np_dtype(dtype)).reshape(g.shape)
+    assert residual.shape == g.shape
+    assert_equal_or_both_nan(residual.numpy(), expected)
+
+
+@given(st.data())
+def test_sign_scaled_sum(data):
+    dtype = data.draw(dtypes, "dtype")
+    k = data.draw(st.one_of(st.integers(1, 9), st.sampled_from([127, 128, 300])), "K")
+    num_words = data.draw(st.integers(0, 5), "W")
+    n = data.draw(st.integers(0, 32 * num_words), "n")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), "rng"))
+    words = rng.integers(0, 2**32, (k, num_words), dtype=np.uint64).astype(np.uint32)
+    scales = to_dtype(rng.random(k) * 10.0 ** data.draw(st.integers(-3, 3)), dtype, (k,))
+    weight = data.draw(st.sampled_from([1.0, 1.0 / k, 0.5]), "weight")
+    out = ops.sign_scaled_sum(words, scales, n, weight)
+    accd = acc_dtype(dtype)
+    total = np.zeros(n, accd)
+    for row, s in zip(words, scales.astype(accd)):
+        total = as_read((total + np.where(unpack_bits(row, n), s, -s).astype(accd)).astype(accd))
+    expected = as_read(total * accd(to_dtype(weight, dtype, ()))).astype(np_dtype(dtype))
+    assert out.dtype == dtype and out.shape == (n,)
+    assert_same_bits(out.numpy(), expected)
+
+
+@given(st.data())
+def test_sign_majority_wide_k_takes_every_path(data):
+    """K around the vectorized path's 127-row limit gives the generic path's votes."""
+    k = data.draw(st.sampled_from([126, 127, 128, 129]), "K")
+    n = data.draw(st.integers(0, 100), "n")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), "rng"))
+    words = rng.integers(0, 2**32, (k, -(-n // 32)), dtype=np.uint64).astype(np.uint32)
+    for dtype in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
+        out = ops.sign_majority(words, n, dtype=dtype)
+        assert_same_bits(out.numpy(), reference_majority(words, n).astype(np_dtype(dtype)))
+
+
 # --- hash_select, sampled_threshold, sparse_decode --------------------------------------------
 
 @given(st.data())
@@ -394,7 +464,17 @@ FLOATS = "float16, bfloat16, float32, float64"
 EAGER_CASES = [
     # sign_pack takes any shape; only its dtype can be wrong.
     ("sign_pack", lambda: ops.sign_pack(i32(1, 2)), FLOATS),
-    ("sign_pack", lambda: L().tfcomp_sign_pack(tf.constant([1, 2])), "attr 'T' of int32 is not in the list"),
+    ("sign_pack", lambda: L().tfcomp_sign_pack(tf.constant([1, 2]), True), "attr 'T' of int32 is not in the list"),
+    ("sign_pack", lambda: ops.sign_pack(f32(3), [True, False]), r"zero_bit must be a scalar bool, got shape \[2\]"),
+    ("sign_ef_pack", lambda: ops.sign_ef_pack(i32(1, 2), i32(1, 2)), FLOATS),
+    ("sign_ef_pack", lambda: ops.sign_ef_pack(f32(3), f32(4)), r"must have the same shape, got \[3\] and \[4\]"),
+    ("sign_ef_pack", lambda: ops.sign_ef_pack(f32(3), f32(3), [True]), "zero_bit must be a scalar bool"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), f32(2), 97), r"n = 97 is larger than 32 \* W = 96"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), f32(3), 10), "one scale per worker"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(3), f32(1), 10), "words must be a matrix"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(0, 3), f32(0), 10), "at least one worker"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), f32(2), 10, f32(2)), "weight must be a scalar"),
+    ("sign_scaled_sum", lambda: ops.sign_scaled_sum(u32(2, 3), i32(1, 2), 10), FLOATS),
     ("sign_unpack", lambda: ops.sign_unpack(u32(3), 1.0, 97), r"n = 97 is larger than 32 \* W = 96"),
     ("sign_unpack", lambda: ops.sign_unpack(u32(0), 1.0, 1), r"n = 1 is larger than 32 \* W = 0"),
     ("sign_unpack", lambda: ops.sign_unpack(u32(3), 1.0, -1), "n must be >= 0, got -1"),
@@ -513,6 +593,8 @@ def unknown_shapes(fn, *specs):
 _sign_pack = unknown_shapes(lambda x: ops.sign_pack(x), "f32")
 _sign_unpack = unknown_shapes(lambda w, s, n: ops.sign_unpack(w, s, n), "u32", "f32", "i64")
 _sign_majority = unknown_shapes(lambda w, n: ops.sign_majority(w, n), "u32", "i64")
+_sign_ef_pack = unknown_shapes(lambda g, e: ops.sign_ef_pack(g, e, False), "f32", "f32")
+_sign_scaled_sum = unknown_shapes(lambda w, s, n: ops.sign_scaled_sum(w, s, n, 0.5), "u32", "f32", "i64")
 _hash_select = unknown_shapes(lambda g, t, s: ops.hash_select(g, t, s, 4), "f32", "f32", "i64")
 _sampled_threshold = unknown_shapes(lambda g, s: ops.sampled_threshold(g, s, 8, 2), "f32", "i64")
 _sparse_decode32 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i32", "i64")
@@ -523,6 +605,12 @@ one, n64 = np.float32(1), np.int64
 # The same kinds of mistakes inside a graph with unknown shapes: the kernels' own checks.
 GRAPH_CASES = [
     ("sign_pack", lambda: _sign_pack(f32(2, 0, 3)), None),  # any shape is valid, an empty one too
+    ("sign_ef_pack", lambda: _sign_ef_pack(f32(2, 0, 3), f32(2, 0, 3)), None),
+    ("sign_ef_pack", lambda: _sign_ef_pack(f32(2, 3), f32(3, 2)), "grad and residual must have the same shape"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(2, 3), f32(2), n64(97)), r"n = 97 is larger than 32 \* W = 96"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(2, 3), f32(2), n64(-1)), "n must be >= 0, got -1"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(2, 3), f32(1), n64(3)), "one scale per worker"),
+    ("sign_scaled_sum", lambda: _sign_scaled_sum(u32(3), f32(1), n64(3)), r"words must be a matrix"),
     ("sign_unpack", lambda: _sign_unpack(u32(3), one, n64(97)), r"n = 97 is larger than 32 \* W = 96"),
     ("sign_unpack", lambda: _sign_unpack(u32(3), one, n64(-1)), "n must be >= 0, got -1"),
     ("sign_unpack", lambda: _sign_unpack(u32(3), one, i64(1, 2)), r"n must be a scalar int64, got shape \[2\]"),
@@ -600,7 +688,7 @@ def test_constant_negative_or_too_large_n():
 
 def test_every_op_is_covered():
     """A new op in ops.py needs its properties and malformed inputs here."""
-    names = {"sign_pack", "sign_unpack", "sign_majority", "sampled_threshold", "hash_select", "sparse_decode",
+    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold", "hash_select", "sparse_decode",
              "lowrank_residual"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names

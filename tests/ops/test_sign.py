@@ -201,7 +201,14 @@ def test_static_shapes_are_inferred():
     (lambda: ops.sign_majority(np.zeros(3, np.uint32), 10), "words must be a matrix"),
     (lambda: ops.sign_majority(np.zeros((0, 3), np.uint32), 10), "at least one worker"),
     (lambda: ops.sign_majority(np.zeros((2, 3), np.uint32), 97), "larger than 32 \\* W = 96"),
-    (lambda: ops.library().tfcomp_sign_pack(tf.constant([1, 2])), "attr 'T' of int32 is not in the list"),
+    (lambda: ops.library().tfcomp_sign_pack(tf.constant([1, 2]), True), "attr 'T' of int32 is not in the list"),
+    (lambda: ops.sign_pack(np.zeros(3, np.float32), [True, False]), "zero_bit must be a scalar bool"),
+    (lambda: ops.sign_ef_pack(np.zeros(3, np.float32), np.zeros(4, np.float32)), "grad and residual must have the same shape"),
+    (lambda: ops.sign_scaled_sum(np.zeros((2, 3), np.uint32), np.ones(2, np.float32), 97), "larger than 32 \\* W = 96"),
+    (lambda: ops.sign_scaled_sum(np.zeros(3, np.uint32), np.ones(1, np.float32), 10), "words must be a matrix"),
+    (lambda: ops.sign_scaled_sum(np.zeros((0, 3), np.uint32), np.ones(0, np.float32), 10), "at least one worker"),
+    (lambda: ops.sign_scaled_sum(np.zeros((2, 3), np.uint32), np.ones(3, np.float32), 10),
+     "scales must be a vector of one scale per worker"),
     (lambda: ops.library().tfcomp_sign_unpack(tf.constant([1], tf.int32), 1.0, tf.constant(3, tf.int64)),
      "uint32"),
 ])
@@ -212,12 +219,135 @@ def test_bad_input_is_invalid_argument(call, message):
 
 @pytest.mark.parametrize("call", [
     lambda: ops.sign_pack(tf.constant([1, 2])),
+    lambda: ops.sign_ef_pack(tf.constant([1, 2]), tf.constant([1, 2])),
+    lambda: ops.sign_scaled_sum(np.zeros((1, 1), np.uint32), np.ones(1, np.int32), 3),
     lambda: ops.sign_unpack(np.zeros(1, np.uint32), np.int32(1), 3),
     lambda: ops.sign_majority(np.zeros((1, 1), np.uint32), 3, dtype=tf.int32),
 ])
 def test_wrong_dtype_names_the_allowed_ones(call):
     with pytest.raises(TypeError, match="float16, bfloat16, float32, float64"):
         call()
+
+
+# --- zero_bit, sign_ef_pack, sign_scaled_sum ------------------------------------------------
+
+def reference_ef_pack(g, e, zero_bit):
+    """(words, scale, p) of p = g + e rounded to the dtype, as the kernels compute it
+    (the add in the accumulator type; inputs chosen without subnormals, which the CPU
+    flushes)."""
+    p = (accumulate(g.reshape(-1)) + accumulate(e.reshape(-1))).astype(g.dtype)
+    wide = accumulate(p)
+    with np.errstate(invalid="ignore"):
+        bits = np.where(wide == 0, zero_bit, wide > 0)
+    scale = np.abs(wide.astype(np.float64)).sum() / wide.size if wide.size else 0.0
+    return pack_bits(bits), scale, p
+
+
+def reference_residual(p, words, scale):
+    """p - (bit ? scale : -scale) in the accumulator type, rounded to p's dtype."""
+    wide, s = accumulate(p), accumulate(np.asarray(scale).reshape(1))[0]
+    return (wide - np.where(unpack_bits(words, p.size), s, -s).astype(wide.dtype)).astype(p.dtype)
+
+
+def reference_scaled_sum(words, scales, n, weight):
+    acc = np.float64 if scales.dtype == np.float64 else np.float32
+    total = np.zeros(n, acc)
+    for row, s in zip(words, scales.astype(acc)):
+        total = (total + np.where(unpack_bits(row, n), s, -s).astype(acc)).astype(acc)
+    return (total * acc(np.asarray(weight, scales.dtype))).astype(scales.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("zero_bit", [True, False])
+def test_zero_bit_is_what_zeros_pack_as(dtype, zero_bit):
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.0], np_dtype(dtype))
+    words, scale = ops.sign_pack(x, zero_bit)
+    assert words.numpy().tolist() == [0b00100100 | (0b10000011 if zero_bit else 0)]
+    # Zeros add nothing to the scale; a tensor zero_bit works as a Python bool does.
+    _, zeros_scale = ops.sign_pack(np.zeros(40, np_dtype(dtype)), tf.constant(zero_bit))
+    assert zeros_scale.numpy() == 0
+    words, _ = ops.sign_pack(np.zeros(40, np_dtype(dtype)), tf.constant(zero_bit))
+    assert words.numpy().tolist() == ([2**32 - 1, 0xff] if zero_bit else [0, 0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", [(0,), (1,), (31,), (33,), (3, 5, 7), (4097,), (8200,), ((1 << 20) + 3,)], ids=str)
+@pytest.mark.parametrize("zero_bit", [True, False])
+def test_ef_pack_matches_numpy(shape, dtype, zero_bit):
+    rng = np.random.default_rng(sum(shape) + 7)
+    g = random_values(rng, shape, dtype, special=False)
+    e = random_values(rng, shape, dtype, special=False)
+    flat_g, flat_e = g.reshape(-1), e.reshape(-1)
+    flat_g[::5], flat_e[::5] = 0, 0  # exact zeros of p
+    flat_e[1::7] = -flat_g[1::7]  # cancellations: zeros of p from nonzero g and e
+    words, scale, residual = ops.sign_ef_pack(g, e, zero_bit)
+    expected_words, expected_scale, p = reference_ef_pack(g, e, zero_bit)
+    assert words.dtype == tf.uint32 and scale.dtype == dtype and residual.dtype == dtype
+    assert residual.shape == shape
+    np.testing.assert_array_equal(words.numpy(), expected_words)
+    assert_scale(scale.numpy(), expected_scale, dtype)
+    assert residual.numpy().tobytes() == reference_residual(p, words.numpy(), scale.numpy()).reshape(shape).tobytes()
+    # The scale is sign_pack's of g + e, bit for bit; so are the words.
+    packed_words, packed_scale = ops.sign_pack(p, zero_bit)
+    np.testing.assert_array_equal(words.numpy(), packed_words.numpy())
+    assert scale.numpy().tobytes() == packed_scale.numpy().tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_ef_pack_nan_inf(dtype):
+    g = np.array([np.nan, np.inf, -np.inf, 1.0, -1.0, 0.0], np_dtype(dtype))
+    e = np.array([1.0, 1.0, 1.0, 2.0, np.inf, 0.0], np_dtype(dtype))
+    words, scale, residual = ops.sign_ef_pack(g, e, False)
+    assert words.numpy().tolist() == [0b011010]
+    assert np.isnan(scale.numpy()) and np.isnan(residual.numpy()).all()
+    _, scale, _ = ops.sign_ef_pack(g[1:], e[1:])
+    assert np.isinf(scale.numpy())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("k", [1, 2, 3, 8, 130])
+@pytest.mark.parametrize("n", [0, 1, 31, 33, 1000, 4097])
+def test_scaled_sum_matches_numpy(n, k, dtype):
+    rng = np.random.default_rng(k * 1000 + n)
+    words = rng.integers(0, 2**32, size=(k, -(-n // 32) + (n % 2)), dtype=np.uint64).astype(np.uint32)
+    scales = rng.random(k).astype(np_dtype(dtype))
+    for weight in (1.0, 1.0 / k):
+        out = ops.sign_scaled_sum(words, scales, n, weight)
+        assert out.dtype == dtype and out.shape == (n,)
+        assert out.numpy().tobytes() == reference_scaled_sum(words, scales, n, weight).tobytes()
+
+
+def test_scaled_sum_is_the_mean_of_the_unpacked_workers():
+    rng = np.random.default_rng(5)
+    grads = rng.standard_normal((3, 200)).astype(np.float32)
+    packed = [ops.sign_pack(g) for g in grads]
+    words = tf.stack([w for w, _ in packed])
+    scales = tf.stack([s for _, s in packed])
+    unpacked = np.stack([ops.sign_unpack(w, s, 200).numpy() for w, s in packed])
+    np.testing.assert_allclose(ops.sign_scaled_sum(words, scales, 200, 1 / 3).numpy(), unpacked.mean(axis=0),
+                               rtol=1e-6)
+    np.testing.assert_allclose(ops.sign_scaled_sum(words, scales, 200).numpy(), unpacked.sum(axis=0), rtol=1e-6)
+
+
+def test_fused_ops_are_deterministic_across_thread_counts():
+    """Fixed blocks and worker order: the same bits for 1 and several intra-op threads."""
+    import subprocess
+    import sys
+    script = """
+import hashlib, sys, numpy as np, tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+from tfcomp import ops
+rng = np.random.default_rng(3)
+g, e = (rng.standard_normal((1 << 20) + 77).astype(np.float32) for _ in range(2))
+words, scale, residual = ops.sign_ef_pack(g, e, False)
+all_words = tf.stack([words, ops.sign_pack(g)[0], ops.sign_pack(e, False)[0]])
+out = ops.sign_scaled_sum(all_words, tf.stack([scale, scale * 2, scale / 3]), g.size, 1 / 3)
+votes = ops.sign_majority(all_words, g.size)
+print(hashlib.sha256(b"".join(t.numpy().tobytes() for t in (words, scale, residual, out, votes))).hexdigest())
+"""
+    digests = {subprocess.run([sys.executable, "-c", script, str(threads)], check=True, capture_output=True,
+                              text=True).stdout.strip().splitlines()[-1] for threads in (1, 2, 4)}
+    assert len(digests) == 1, digests
 
 
 @pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
@@ -239,3 +369,28 @@ def test_gpu_kernels_match_cpu(n, dtype):
     np.testing.assert_array_equal(gw, cw)
     assert_scale(gs, cs, dtype)  # equal up to summation order
     assert gu.tobytes() == cu.tobytes() and gm.tobytes() == cm.tobytes()
+
+
+@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason="no GPU on this machine")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n", [0, 1, 33, 4097, (1 << 20) + 3])
+def test_gpu_fused_kernels_match_cpu(n, dtype):
+    rng = np.random.default_rng(n)
+    g, e = random_values(rng, (n,), dtype, special=False), random_values(rng, (n,), dtype, special=False)
+    g[::5], e[::5] = 0, 0
+    rows = rng.integers(0, 2**32, (3, -(-n // 32) + 1), dtype=np.uint64).astype(np.uint32)
+    scales = rng.random(3).astype(np_dtype(dtype))
+    outputs = []
+    for device in ("/CPU:0", "/GPU:0"):
+        with tf.device(device):
+            words, scale, residual = ops.sign_ef_pack(g, e, False)
+            zero_words, _ = ops.sign_pack(g, False)
+            outputs.append((words, scale, residual, zero_words, ops.sign_scaled_sum(rows, scales, n, 1 / 3)))
+    (cw, cs, cr, cz, co), (gw, gs, gr, gz, go) = [[t.numpy() for t in out] for out in outputs]
+    np.testing.assert_array_equal(gw, cw)
+    np.testing.assert_array_equal(gz, cz)
+    assert_scale(gs, cs, dtype)
+    # The residual uses each device's own scale.
+    assert gr.tobytes() == reference_residual(
+        reference_ef_pack(g, e, False)[2], gw, gs).tobytes()
+    assert go.tobytes() == co.tobytes()

@@ -14,13 +14,21 @@ def _num_words(shape):
     return -(-tf.TensorShape(shape).num_elements() // 32)
 
 
+def zero_bit(step):
+    """The bit an exact zero (+0 or -0) is sent as: + on even steps, - on odd ones.
+    One bit cannot say 0: a zero always packed as + would push every weight whose
+    gradient is exactly 0 (dead ReLU units, unused embedding rows, padding) the same
+    way every step, without bound under majority vote. The packing ops take it
+    (sign_pack's and sign_ef_pack's zero_bit), so the rule costs no pass of its own."""
+    return tf.equal(step % 2, 0)
+
+
 def zeros_alternating(x, step):
     """x with its exact zeros made the smallest normal number, + on even steps and
-    - on odd ones. One bit cannot say 0: a zero always packed as + would push every
-    weight whose gradient is exactly 0 (dead ReLU units, unused embedding rows,
-    padding) the same way every step, without bound under majority vote."""
+    - on odd ones: what packing x with zero_bit(step) sends, as a tensor (the
+    compressors no longer build it; they pass zero_bit to the packing ops)."""
     tiny = np.finfo(x.dtype.as_numpy_dtype).tiny
-    signed_tiny = tf.where(tf.equal(step % 2, 0), tf.constant(tiny, x.dtype), tf.constant(-tiny, x.dtype))
+    signed_tiny = tf.where(zero_bit(step), tf.constant(tiny, x.dtype), tf.constant(-tiny, x.dtype))
     return tf.where(tf.equal(x, 0), signed_tiny, x)
 
 
@@ -29,13 +37,14 @@ class SignSGD(Compressor):
     sign(sum of the workers' signs), +1/-1 per element (0 on a tie), whether
     the engine asks for the mean or the sum; the step size is the learning
     rate's, as in the paper. An exact zero is sent as + and - on alternate
-    steps (zeros_alternating)."""
+    steps (zero_bit). Encode: one pass over the gradient (sign_pack); decode:
+    one write of the result (sign_majority)."""
 
     def payload_specs(self, shape, dtype):
         return [[PayloadSpec((_num_words(shape),), tf.uint32, Collective.ALLGATHER)]]
 
     def compress(self, grad, state, ctx):
-        words, _ = ops.sign_pack(zeros_alternating(grad, ctx.step))
+        words, _ = ops.sign_pack(grad, zero_bit(ctx.step))
 
         def finish(gathered):
             signs = ops.sign_majority(gathered[0], tf.size(grad, out_type=tf.int64), dtype=grad.dtype)
@@ -48,7 +57,9 @@ class EFSignSGD(WorkerMomentum, Compressor):
     the residual e = p - mean|p| * sign(p) stays on the worker for the next
     step, so nothing is lost. The aggregate is the mean (or sum) of the
     workers' scaled signs. momentum: see WorkerMomentum. Exact zeros as in
-    SignSGD."""
+    SignSGD (sent as + or - by step parity; an exact zero of p adds nothing to
+    mean|p|). Encode: sign_ef_pack (two passes over g and e, one write of the
+    residual); decode: sign_scaled_sum (one write of the result)."""
 
     def __init__(self, momentum=AUTO):
         self._init_momentum(momentum)
@@ -61,18 +72,19 @@ class EFSignSGD(WorkerMomentum, Compressor):
                  PayloadSpec((1,), tf.as_dtype(dtype), Collective.ALLGATHER)]]
 
     def compress(self, grad, state, ctx):
-        corrected = self.corrected(grad, state)
-        words, scale = ops.sign_pack(zeros_alternating(corrected, ctx.step))
+        # The momentum (if any) updates the velocity; the residual is added inside
+        # sign_ef_pack, which returns the new residual as a fresh tensor.
+        source = self.corrected(grad, {k: v for k, v in state.items() if k != "residual"})
+        residual = state["residual"]
+        words, scale, new_residual = ops.sign_ef_pack(source, residual.read_value(), zero_bit(ctx.step))
+        residual.assign(new_residual)
         n = tf.size(grad, out_type=tf.int64)
-        sent = tf.reshape(ops.sign_unpack(words, scale, n), tf.shape(grad))
-        state["residual"].assign(corrected - sent)
 
         def finish(gathered):
             all_words, all_scales = gathered  # [K, W], [K, 1]
-            words_per_worker = all_words.shape[1]
-            signs = ops.sign_unpack(tf.reshape(all_words, [-1]), tf.ones([], grad.dtype),
-                                    tf.size(all_words, out_type=tf.int64) * 32)
-            signs = tf.reshape(signs, [-1, words_per_worker * 32])[:, :n]
-            return self.hand_off(tf.reshape(ctx.from_stacked(signs * all_scales), tf.shape(grad)), state)
+            workers = tf.shape(all_words)[0]
+            weight = 1 / tf.cast(workers, grad.dtype) if ctx.average else tf.ones([], grad.dtype)
+            summed = ops.sign_scaled_sum(all_words, tf.reshape(all_scales, [-1]), n, weight)
+            return self.hand_off(tf.reshape(summed, tf.shape(grad)), state)
         return Round([Payload(words, Collective.ALLGATHER),
                       Payload(tf.reshape(scale, [1]), Collective.ALLGATHER)], finish)

@@ -13,13 +13,17 @@ Sign packing (signSGD, EF-signSGD):
   * element i of the flattened tensor is bit i % 32 of word i // 32, least
     significant bit first; padding bits past n are 0;
   * the bit is 0 for NaN and for negative values (sign bit set, nonzero
-    magnitude), else 1: +0 and -0 pack as positive, +Inf as positive, -Inf
-    and negative subnormals as negative, NaN as negative. The rule reads the
-    bit pattern, so it does not depend on a device flushing subnormals to zero;
+    magnitude), 1 for positive ones; +0 and -0 pack as the caller's zero_bit
+    (positive by default), +Inf as positive, -Inf and negative subnormals as
+    negative, NaN as negative. The rule reads the bit pattern, so it does not
+    depend on a device flushing subnormals to zero;
   * scale = mean |x| (0 for an empty tensor); NaN or Inf in x make the scale
     NaN or Inf, so a diverged gradient stays visible after unpacking;
   * the majority vote of K workers is sign(#positive - #negative) per element:
-    +1, -1, or 0 on a tie (possible when K is even), as sign(sum of +-1) is.
+    +1, -1, or 0 on a tie (possible when K is even), as sign(sum of +-1) is;
+  * sign_ef_pack fuses EF-signSGD's encode (p = g + e; words of p, mean |p|,
+    the new residual) and sign_scaled_sum its decode (weight * the sum of the
+    workers' +-scale, in worker order).
 
 Malformed input (a wrong rank, shape, length or dtype, a negative count or one
 the words cannot hold, an index outside [0, n) other than -1, a seed that is not
@@ -38,13 +42,14 @@ import tensorflow as tf
 
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.lowrank import lowrank_residual
-from tfcomp.ops.sign import sign_majority, sign_pack, sign_unpack
+from tfcomp.ops.sign import sign_ef_pack, sign_majority, sign_pack, sign_scaled_sum, sign_unpack
 from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
-           "lowrank_residual", "sign_majority", "sign_pack", "sign_unpack", "hash_select", "index_dtype",
+           "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack", "sign_scaled_sum", "sign_unpack", "hash_select", "index_dtype",
            "sampled_threshold", "sparse_decode"]
 
-for _op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority", "TfcompHashSelect",
+for _op in ("TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSignMajority",
+            "TfcompSignScaledSum", "TfcompHashSelect",
             "TfcompSampledThreshold", "TfcompSparseDecode", "TfcompLowRankResidual"):
     tf.no_gradient(_op)

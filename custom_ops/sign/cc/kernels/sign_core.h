@@ -6,15 +6,38 @@
 //   * Element i of a flattened tensor lives in word i / 32, bit i % 32
 //     (least significant bit first).
 //   * The bit is 0 for NaN and for negative values (sign bit set and a
-//     nonzero magnitude), 1 otherwise: +0 and -0 pack as 1, +Inf as 1, -Inf
-//     as 0, NaN as 0. It is read off the bit pattern, not by a comparison,
-//     so negative subnormals pack as 0 on every device: TensorFlow's CPU
-//     threads flush subnormals to zero and would compare them as -0.
+//     nonzero magnitude), 1 for positive ones; +0 and -0 pack as zero_bit,
+//     which the caller chooses (1 when it does not: sign_pack's default).
+//     +Inf packs as 1, -Inf as 0, NaN as 0. It is read off the bit pattern,
+//     not by a comparison, so negative subnormals pack as 0 on every device:
+//     TensorFlow's CPU threads flush subnormals to zero and would compare
+//     them as -0. (SignSGD and EF-SignSGD pass zero_bit = step is even, so an
+//     exact zero is sent as + and - on alternate steps; an exact zero adds
+//     nothing to mean |x|.)
 //   * Padding bits past n in the last word are 0.
 //   * scale = mean |x| over the n elements, 0 for an empty tensor. NaN or Inf
 //     in x make the scale NaN or Inf, so a diverged gradient stays visible.
 //   * Majority vote over K workers: sign(#positive - #negative), so a tie
 //     (possible when K is even) gives 0, as sign(sum of +-1) does.
+//   * EF-sign pack (error feedback): p = g + e rounded to T (as TensorFlow's
+//     add of two T tensors rounds it), scale = mean |p| summed exactly as
+//     sign_pack sums it, the words of p, and the new residual
+//     p - (bit ? scale : -scale) rounded to T, scale being the T-rounded one.
+//   * Scaled-sign sum over K workers: out[i] = weight * sum_k (bit i of row k
+//     ? scales[k] : -scales[k]), the sum in the accumulator type starting at 0
+//     and adding k = 0, 1, ..., K-1 in order, so every device and thread count
+//     gives the same bits.
+//
+// Memory-traffic floor (bytes per element read + written, b = sizeof(T)),
+// what each kernel should approach on a large tensor:
+//   sign_pack          reads x once (b), writes 1/8 byte of words.
+//   sign_unpack        reads 1/8 byte of words, writes out once (b).
+//   sign_majority      reads K/8 bytes of words, writes out once (b).
+//   sign_ef_pack       two passes: pass 1 reads g and e (2b) for the scale,
+//                      pass 2 reads them again (2b), writes the residual (b)
+//                      and 1/8 byte of words: 5b + 1/8 in all.
+//   sign_scaled_sum    reads K/8 bytes of words (and K scales), writes out
+//                      once (b).
 #ifndef TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CORE_H_
 #define TFCOMP_CUSTOM_OPS_SIGN_CC_KERNELS_SIGN_CORE_H_
 
@@ -61,28 +84,77 @@ template <>
 struct FloatLayout<double>
     : Layout<uint64_t, 0x8000000000000000ull, 0x7ff0000000000000ull> {};
 
+// zero_bit (0 or 1): what +0 and -0 pack as.
 template <typename T>
-TFCOMP_HOST_DEVICE inline uint32_t SignBit(T x) {
+TFCOMP_HOST_DEVICE inline uint32_t SignBit(T x, uint32_t zero_bit) {
   using L = FloatLayout<T>;
   typename L::Bits bits;
   memcpy(&bits, &x, sizeof(bits));
   const typename L::Bits magnitude = bits & static_cast<typename L::Bits>(~L::kSign);
   const bool is_nan = magnitude > L::kInf;
-  const bool is_negative = (bits & L::kSign) != 0 && magnitude != 0;
-  return (is_nan || is_negative) ? 0u : 1u;
+  const bool is_negative = (bits & L::kSign) != 0;
+  return magnitude == 0 ? zero_bit : ((is_nan || is_negative) ? 0u : 1u);
+}
+
+template <typename T>
+TFCOMP_HOST_DEVICE inline uint32_t SignBit(T x) {
+  return SignBit(x, 1u);
 }
 
 // Packs x[0, count), count <= 32, into one word and adds |x| to *abs_sum.
 template <typename T>
 TFCOMP_HOST_DEVICE inline uint32_t PackWord(const T* x, int count,
-                                            typename Accumulator<T>::type* abs_sum) {
+                                            typename Accumulator<T>::type* abs_sum,
+                                            uint32_t zero_bit = 1u) {
   uint32_t word = 0;
   typename Accumulator<T>::type sum = 0;
   for (int b = 0; b < count; ++b) {
-    word |= SignBit(x[b]) << b;
+    word |= SignBit(x[b], zero_bit) << b;
     sum += AbsValue(x[b]);
   }
   *abs_sum += sum;
+  return word;
+}
+
+// p = g + e in the accumulator type, rounded to T: what TensorFlow's add of
+// two T tensors gives.
+template <typename T>
+TFCOMP_HOST_DEVICE inline T Corrected(T g, T e) {
+  using Acc = typename Accumulator<T>::type;
+  return static_cast<T>(static_cast<Acc>(g) + static_cast<Acc>(e));
+}
+
+// Sum of |g + e| over [0, count), count <= 32, added to *abs_sum as PackWord
+// adds its sum: sign_ef_pack's scale is sign_pack's scale of g + e.
+template <typename T>
+TFCOMP_HOST_DEVICE inline void CorrectedAbsSum(const T* g, const T* e, int count,
+                                               typename Accumulator<T>::type* abs_sum) {
+  typename Accumulator<T>::type sum = 0;
+  for (int b = 0; b < count; ++b) sum += AbsValue(Corrected(g[b], e[b]));
+  *abs_sum += sum;
+}
+
+// The residual after p was sent as bit with scale: p - (bit ? scale : -scale),
+// rounded to T (scale is already a T, as the unpacked value was).
+template <typename T>
+TFCOMP_HOST_DEVICE inline T Residual(T p, uint32_t bit, T scale) {
+  using Acc = typename Accumulator<T>::type;
+  const Acc s = static_cast<Acc>(scale);
+  return static_cast<T>(static_cast<Acc>(p) - (bit ? s : -s));
+}
+
+// Packs the signs of p = g + e over [0, count), count <= 32, into one word and
+// writes the residuals p - (+-scale) to residual[0, count).
+template <typename T>
+TFCOMP_HOST_DEVICE inline uint32_t EfPackWord(const T* g, const T* e, int count, T scale,
+                                              uint32_t zero_bit, T* residual) {
+  uint32_t word = 0;
+  for (int b = 0; b < count; ++b) {
+    const T p = Corrected(g[b], e[b]);
+    const uint32_t bit = SignBit(p, zero_bit);
+    word |= bit << b;
+    residual[b] = Residual(p, bit, scale);
+  }
   return word;
 }
 
@@ -102,6 +174,13 @@ TFCOMP_HOST_DEVICE inline T UnpackValue(uint32_t word, int bit, T scale) {
   const T choices[2] = {static_cast<T>(-scale), scale};
   return choices[BitOf(word, bit)];
 #endif
+}
+
+// One worker's term of the scaled-sign sum: +scale for a set bit, -scale
+// otherwise (scale in the accumulator type).
+template <typename Acc>
+TFCOMP_HOST_DEVICE inline Acc ScaledSign(uint32_t word, int bit, Acc scale) {
+  return BitOf(word, bit) ? scale : -scale;
 }
 
 // positives of k workers voted +1, the rest -1: +1, -1, or 0 on a tie.

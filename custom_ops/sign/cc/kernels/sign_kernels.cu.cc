@@ -18,17 +18,44 @@ using GPUDevice = Eigen::GpuDevice;
 
 template <typename T>
 struct SignPack<GPUDevice, T> {
-  void operator()(tensorflow::OpKernelContext* ctx, const T* x, int64_t n, uint32_t* words,
-                  T* scale) {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* x, int64_t n, uint32_t zero_bit,
+                  uint32_t* words, T* scale) {
     using Acc = sign::cuda::Acc<T>;
     tensorflow::Tensor partials;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<Acc>::value,
                                            tensorflow::TensorShape({sign::NumScaleBlocks(n)}),
                                            &partials));
     CheckLaunch(ctx,
-                sign::cuda::LaunchSignPack(x, n, words, partials.flat<Acc>().data(), scale,
-                                           StreamOf(ctx)),
+                sign::cuda::LaunchSignPack(x, n, zero_bit, words, partials.flat<Acc>().data(),
+                                           scale, StreamOf(ctx)),
                 "SignPack");
+  }
+};
+
+template <typename T>
+struct SignEfPack<GPUDevice, T> {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* g, const T* e, int64_t n,
+                  uint32_t zero_bit, uint32_t* words, T* scale, T* residual) {
+    using Acc = sign::cuda::Acc<T>;
+    tensorflow::Tensor partials;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<Acc>::value,
+                                           tensorflow::TensorShape({sign::NumScaleBlocks(n)}),
+                                           &partials));
+    CheckLaunch(ctx,
+                sign::cuda::LaunchSignEfPack(g, e, n, zero_bit, words, partials.flat<Acc>().data(),
+                                             scale, residual, StreamOf(ctx)),
+                "SignEfPack");
+  }
+};
+
+template <typename T>
+struct SignScaledSum<GPUDevice, T> {
+  void operator()(tensorflow::OpKernelContext* ctx, const uint32_t* words, const T* scales,
+                  int64_t k, int64_t num_words, int64_t n, T weight, T* out) {
+    CheckLaunch(ctx,
+                sign::cuda::LaunchSignScaledSum(words, scales, k, num_words, n, weight, out,
+                                                StreamOf(ctx)),
+                "SignScaledSum");
   }
 };
 
@@ -53,6 +80,8 @@ struct SignMajority<GPUDevice, T> {
 
 #define TFCOMP_INSTANTIATE_SIGN_GPU(T)      \
   template struct SignPack<GPUDevice, T>;   \
+  template struct SignEfPack<GPUDevice, T>; \
+  template struct SignScaledSum<GPUDevice, T>; \
   template struct SignUnpack<GPUDevice, T>; \
   template struct SignMajority<GPUDevice, T>;
 TFCOMP_INSTANTIATE_SIGN_GPU(Eigen::half)

@@ -25,11 +25,28 @@ struct FloatLayout<Eigen::bfloat16> : BFloat16Layout {};
 namespace tfcomp {
 namespace functor {
 
-// words[NumWords(n)] and scale[1] = mean |x| are written from x[n].
+// words[NumWords(n)] and scale[1] = mean |x| are written from x[n]; +-0
+// pack as zero_bit.
 template <typename Device, typename T>
 struct SignPack {
-  void operator()(tensorflow::OpKernelContext* ctx, const T* x, int64_t n,
+  void operator()(tensorflow::OpKernelContext* ctx, const T* x, int64_t n, uint32_t zero_bit,
                   uint32_t* words, T* scale);
+};
+
+// Error-feedback sign pack: p = g + e; scale[1] = mean |p|, words[NumWords(n)]
+// the signs of p (+-0 as zero_bit), residual[n] = p - (+-scale).
+template <typename Device, typename T>
+struct SignEfPack {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* g, const T* e, int64_t n,
+                  uint32_t zero_bit, uint32_t* words, T* scale, T* residual);
+};
+
+// out[n] = weight * sum over the k rows of words[k, num_words] of
+// +-scales[row], summed in row order.
+template <typename Device, typename T>
+struct SignScaledSum {
+  void operator()(tensorflow::OpKernelContext* ctx, const uint32_t* words, const T* scales,
+                  int64_t k, int64_t num_words, int64_t n, T weight, T* out);
 };
 
 // out[n] = +-scale[0] from the bits of words.

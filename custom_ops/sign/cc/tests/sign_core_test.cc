@@ -156,6 +156,71 @@ void PackWordBitOrder() {
   CHECK(tfcomp::sign::PackWord(ones, 0, &sum) == 0u);
 }
 
+template <typename T>
+void CheckZeroBit() {
+  using L = std::numeric_limits<T>;
+  for (uint32_t zero_bit : {0u, 1u}) {
+    CHECK(tfcomp::sign::SignBit(T(0), zero_bit) == zero_bit);
+    CHECK(tfcomp::sign::SignBit(-T(0), zero_bit) == zero_bit);
+    // Nothing else depends on it.
+    for (T x : Specials<T>()) {
+      if (x != T(0)) CHECK(tfcomp::sign::SignBit(x, zero_bit) == RefSignBit(x)) << "x=" << x;
+    }
+    CHECK(tfcomp::sign::SignBit(L::denorm_min(), zero_bit) == 1);
+    CHECK(tfcomp::sign::SignBit(-L::denorm_min(), zero_bit) == 0);
+  }
+  const T x[4] = {T(0), -T(0), T(1), T(-1)};
+  typename tfcomp::sign::Accumulator<T>::type sum = 0;
+  CHECK(tfcomp::sign::PackWord(x, 4, &sum, 0u) == 0b0100u);
+  CHECK(tfcomp::sign::PackWord(x, 4, &sum, 1u) == 0b0111u);
+  CHECK(sum == 4);
+}
+void ZeroBitFloat() { CheckZeroBit<float>(); }
+void ZeroBitDouble() { CheckZeroBit<double>(); }
+
+template <typename T>
+void CheckEfPackWord() {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<T> uniform(-2, 2);
+  for (int count = 0; count <= kBitsPerWord; ++count) {
+    for (uint32_t zero_bit : {0u, 1u}) {
+      T g[kBitsPerWord], e[kBitsPerWord], p[kBitsPerWord], residual[kBitsPerWord];
+      for (int b = 0; b < count; ++b) {
+        g[b] = uniform(rng);
+        e[b] = b % 5 == 0 ? -g[b] : uniform(rng);  // exact zeros of p
+        p[b] = g[b] + e[b];
+      }
+      const T scale = T(0.375);
+      const uint32_t word = tfcomp::sign::EfPackWord(g, e, count, scale, zero_bit, residual);
+      typename tfcomp::sign::Accumulator<T>::type sum = 0, ef_sum = 0;
+      CHECK(word == tfcomp::sign::PackWord(p, count, &sum, zero_bit)) << "count=" << count;
+      tfcomp::sign::CorrectedAbsSum(g, e, count, &ef_sum);
+      CHECK(Bits(sum) == Bits(ef_sum)) << "sum=" << sum << " ef_sum=" << ef_sum;
+      for (int b = 0; b < count; ++b) {
+        const bool set = (word >> b) & 1u;
+        CHECK(set == (p[b] == 0 ? zero_bit == 1 : p[b] > 0)) << "b=" << b;
+        CHECK(Bits(residual[b]) == Bits(T(p[b] - (set ? scale : -scale)))) << "b=" << b;
+      }
+    }
+  }
+  // NaN packs as 0 and stays in the residual.
+  const T g[1] = {std::numeric_limits<T>::quiet_NaN()}, e[1] = {T(1)};
+  T residual[1];
+  CHECK(tfcomp::sign::EfPackWord(g, e, 1, T(1), 1u, residual) == 0u);
+  CHECK(std::isnan(residual[0]));
+}
+void EfPackWordFloat() { CheckEfPackWord<float>(); }
+void EfPackWordDouble() { CheckEfPackWord<double>(); }
+
+void ScaledSign() {
+  const uint32_t word = 0xa5c3f00fu;
+  for (int b = 0; b < kBitsPerWord; ++b) {
+    const bool set = (word >> b) & 1u;
+    CHECK(tfcomp::sign::ScaledSign(word, b, 0.5f) == (set ? 0.5f : -0.5f)) << "b=" << b;
+    CHECK(tfcomp::sign::ScaledSign(word, b, 2.0) == (set ? 2.0 : -2.0)) << "b=" << b;
+  }
+}
+
 void BitOf() {
   const uint32_t words[] = {0u, ~0u, 0x80000001u, 0x5555aaaau};
   for (uint32_t w : words) {
@@ -209,6 +274,11 @@ int main() {
   Case("PackWordFloat", PackWordFloat);
   Case("PackWordDouble", PackWordDouble);
   Case("PackWordBitOrder", PackWordBitOrder);
+  Case("ZeroBitFloat", ZeroBitFloat);
+  Case("ZeroBitDouble", ZeroBitDouble);
+  Case("EfPackWordFloat", EfPackWordFloat);
+  Case("EfPackWordDouble", EfPackWordDouble);
+  Case("ScaledSign", ScaledSign);
   Case("BitOf", BitOf);
   Case("UnpackValueFloat", UnpackValueFloat);
   Case("UnpackValueDouble", UnpackValueDouble);

@@ -34,6 +34,8 @@ struct IeeeType {
   static bool IsSubnormal(S v) { return std::fpclassify(v) == FP_SUBNORMAL; }
   static S Negate(S v) { return -v; }
   static S FromVote(int v) { return static_cast<S>(v); }
+  static S FromAcc(double v) { return static_cast<S>(v); }  // v is already an F
+  static double Acc(double v) { return static_cast<F>(v); }  // rounding of the accumulator
   static S Random(std::mt19937_64& rng) { return std::uniform_real_distribution<F>(-2, 2)(rng); }
   static std::vector<S> Finite() {
     return {F(0), -F(0), L::denorm_min(), -L::denorm_min(), -L::min() / 2, L::min(), -L::min()};
@@ -63,6 +65,8 @@ struct Half {
   static bool IsSubnormal(S h) { return (h & 0x7c00) == 0 && (h & 0x3ff) != 0; }
   static S Negate(S h) { return h ^ 0x8000; }
   static S FromVote(int v) { return v > 0 ? 0x3c00 : (v < 0 ? 0xbc00 : 0); }
+  static S FromAcc(double v) { return HalfFromFloat(static_cast<float>(v)); }
+  static double Acc(double v) { return static_cast<float>(v); }
   static S Random(std::mt19937_64& rng) {  // magnitudes in [2^-5, 2^3)
     return static_cast<S>((rng() & 0x8000) | (10 + rng() % 8) << 10 | (rng() & 0x3ff));
   }
@@ -79,6 +83,8 @@ struct BFloat16 {
   static bool IsSubnormal(S b) { return (b & 0x7f80) == 0 && (b & 0x7f) != 0; }
   static S Negate(S b) { return b ^ 0x8000; }
   static S FromVote(int v) { return v > 0 ? 0x3f80 : (v < 0 ? 0xbf80 : 0); }
+  static S FromAcc(double v) { return BFloat16FromFloat(static_cast<float>(v)); }
+  static double Acc(double v) { return static_cast<float>(v); }
   static S Random(std::mt19937_64& rng) {  // magnitudes in [2^-5, 2^3)
     return static_cast<S>((rng() & 0x8000) | (122 + rng() % 8) << 7 | (rng() & 0x7f));
   }
@@ -91,16 +97,17 @@ struct BFloat16 {
 constexpr int64_t NumWords(int64_t n) { return (n + 31) / 32; }
 
 template <typename Tr>
-uint32_t RefSignBit(typename Tr::S v) {
+uint32_t RefSignBit(typename Tr::S v, uint32_t zero_bit = 1) {
   const double d = Tr::ToDouble(v);
   if (std::isnan(d)) return 0;
+  if (d == 0) return zero_bit;
   return d < 0 ? 0 : 1;
 }
 
 template <typename Tr>
-std::vector<uint32_t> RefPack(const std::vector<typename Tr::S>& x) {
+std::vector<uint32_t> RefPack(const std::vector<typename Tr::S>& x, uint32_t zero_bit = 1) {
   std::vector<uint32_t> words(NumWords(x.size()), 0);
-  for (size_t i = 0; i < x.size(); ++i) words[i / 32] |= RefSignBit<Tr>(x[i]) << (i % 32);
+  for (size_t i = 0; i < x.size(); ++i) words[i / 32] |= RefSignBit<Tr>(x[i], zero_bit) << (i % 32);
   return words;
 }
 
@@ -117,13 +124,29 @@ double RefScale(const std::vector<typename Tr::S>& x) {
 // shape functions, see bad shapes) feeding the three ops.
 class SignGraph : public OpGraph {
  public:
-  TF_Output x, pack_words, pack_scale;
+  TF_Output x, zero_bit, pack_words, pack_scale;
   TF_Output unpack_words, unpack_scale, unpack_n, unpack_out;
   TF_Output majority_words, majority_n, majority_out;
+  TF_Output ef_g, ef_e, ef_words, ef_scale, ef_residual;
+  TF_Output sum_words, sum_scales, sum_n, sum_weight, sum_out;
 
   explicit SignGraph(TF_DataType type) {
     x = Placeholder(graph(), "x", type);
-    TF_Operation* pack = AddOp("TfcompSignPack", "pack", {x}, "T", type);
+    zero_bit = Placeholder(graph(), "zero_bit", TF_BOOL);
+    TF_Operation* pack = AddOp("TfcompSignPack", "pack", {x, zero_bit}, "T", type);
+    ef_g = Placeholder(graph(), "ef_g", type);
+    ef_e = Placeholder(graph(), "ef_e", type);
+    TF_Operation* ef = AddOp("TfcompSignEfPack", "ef", {ef_g, ef_e, zero_bit}, "T", type);
+    ef_words = {ef, 0};
+    ef_scale = {ef, 1};
+    ef_residual = {ef, 2};
+    sum_words = Placeholder(graph(), "sum_words", TF_UINT32);
+    sum_scales = Placeholder(graph(), "sum_scales", type);
+    sum_n = Placeholder(graph(), "sum_n", TF_INT64);
+    sum_weight = Placeholder(graph(), "sum_weight", type);
+    sum_out = {AddOp("TfcompSignScaledSum", "scaled_sum",
+                     {sum_words, sum_scales, sum_n, sum_weight}, "T", type),
+               0};
     pack_words = {pack, 0};
     pack_scale = {pack, 1};
     unpack_words = Placeholder(graph(), "unpack_words", TF_UINT32);
@@ -163,16 +186,20 @@ std::vector<typename Tr::S> MakeInput(int64_t n, const std::vector<typename Tr::
   return x;
 }
 
+Tensor Bool(bool v) { return MakeTensor<uint8_t>(TF_BOOL, {}, {static_cast<uint8_t>(v)}); }
+
 template <typename Tr>
-void CheckPack(SignGraph& g, const std::vector<typename Tr::S>& x, std::vector<int64_t> dims) {
+void CheckPack(SignGraph& g, const std::vector<typename Tr::S>& x, std::vector<int64_t> dims,
+               uint32_t zero_bit = 1) {
   std::vector<Tensor> out;
   std::vector<std::pair<TF_Output, Tensor>> feeds;
   feeds.emplace_back(g.x, MakeTensor(Tr::kType, dims, x));
+  feeds.emplace_back(g.zero_bit, Bool(zero_bit != 0));
   const Status s = g.Run(std::move(feeds), {g.pack_words, g.pack_scale}, &out);
   CHECK(s.ok()) << s.message;
   if (!s.ok()) return;
 
-  const std::vector<uint32_t> ref_words = RefPack<Tr>(x);
+  const std::vector<uint32_t> ref_words = RefPack<Tr>(x, zero_bit);
   CHECK(Shape(out[0]) == std::vector<int64_t>{static_cast<int64_t>(ref_words.size())});
   CHECK(Shape(out[1]).empty()) << "scale must be a scalar";
   const std::vector<uint32_t> words = Values<uint32_t>(out[0]);
@@ -240,6 +267,76 @@ void CheckMajority(SignGraph& g, int64_t n, int64_t k, int64_t num_words, std::m
   }
 }
 
+// p = g + e rounded to the dtype; words of p with zero_bit; the scale within
+// the tolerance; the residual p - (+-scale) bit for bit given the op's scale.
+template <typename Tr>
+void CheckEfPack(SignGraph& g, const std::vector<typename Tr::S>& grad,
+                 const std::vector<typename Tr::S>& e, uint32_t zero_bit) {
+  using S = typename Tr::S;
+  const int64_t n = grad.size();
+  std::vector<Tensor> out;
+  std::vector<std::pair<TF_Output, Tensor>> feeds;
+  feeds.emplace_back(g.ef_g, MakeTensor(Tr::kType, {n}, grad));
+  feeds.emplace_back(g.ef_e, MakeTensor(Tr::kType, {n}, e));
+  feeds.emplace_back(g.zero_bit, Bool(zero_bit != 0));
+  const Status s = g.Run(std::move(feeds), {g.ef_words, g.ef_scale, g.ef_residual}, &out);
+  CHECK(s.ok()) << s.message;
+  if (!s.ok()) return;
+  std::vector<S> p(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = Tr::FromAcc(Tr::Acc(Tr::ToDouble(grad[i]) + Tr::ToDouble(e[i])));
+  }
+  const std::vector<uint32_t> ref_words = RefPack<Tr>(p, zero_bit);
+  const std::vector<uint32_t> words = Values<uint32_t>(out[0]);
+  CHECK(words.size() == ref_words.size());
+  for (size_t w = 0; w < ref_words.size() && w < words.size(); ++w) {
+    CHECK(words[w] == ref_words[w]) << "ef word " << w;
+  }
+  const double scale = Tr::ToDouble(Values<S>(out[1])[0]);
+  const double ref = RefScale<Tr>(p);
+  CHECK(std::fabs(scale - ref) <= Tr::kScaleRtol * ref + 1e-30)
+      << "ef scale " << scale << " != reference " << ref;
+  CHECK(Shape(out[2]) == std::vector<int64_t>{n});
+  const std::vector<S> residual = Values<S>(out[2]);
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(residual.size()); ++i) {
+    const bool set = (ref_words[i / 32] >> (i % 32)) & 1u;
+    const S want = Tr::FromAcc(Tr::Acc(Tr::ToDouble(p[i]) - (set ? scale : -scale)));
+    CHECK(Bits(residual[i]) == Bits(want)) << "ef residual " << i << ": " << Tr::ToDouble(residual[i])
+                                           << " != " << Tr::ToDouble(want);
+  }
+}
+
+// out = weight * the sum of +-scales[row] in row order, in the accumulator type.
+template <typename Tr>
+void CheckScaledSum(SignGraph& g, int64_t n, int64_t k, int64_t num_words, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  std::vector<uint32_t> words(k * num_words);
+  for (uint32_t& w : words) w = static_cast<uint32_t>(rng());
+  std::vector<S> scales(k);
+  for (S& v : scales) v = Tr::Random(rng);
+  const S weight = Tr::FromAcc(Tr::Acc(1.0 / static_cast<double>(k)));
+  std::vector<Tensor> out;
+  std::vector<std::pair<TF_Output, Tensor>> feeds;
+  feeds.emplace_back(g.sum_words, MakeTensor(TF_UINT32, {k, num_words}, words));
+  feeds.emplace_back(g.sum_scales, MakeTensor(Tr::kType, {k}, scales));
+  feeds.emplace_back(g.sum_n, Scalar64(n));
+  feeds.emplace_back(g.sum_weight, MakeTensor<S>(Tr::kType, {}, {weight}));
+  const Status s = g.Run(std::move(feeds), {g.sum_out}, &out);
+  CHECK(s.ok()) << s.message;
+  if (!s.ok()) return;
+  CHECK(Shape(out[0]) == std::vector<int64_t>{n});
+  const auto values = Values<S>(out[0]);
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(values.size()); ++i) {
+    double acc = 0;
+    for (int64_t r = 0; r < k; ++r) {
+      const double sr = Tr::ToDouble(scales[r]);
+      acc = Tr::Acc(acc + (((words[r * num_words + i / 32] >> (i % 32)) & 1u) ? sr : -sr));
+    }
+    const S want = Tr::FromAcc(Tr::Acc(acc * Tr::ToDouble(weight)));
+    CHECK(Bits(values[i]) == Bits(want)) << "scaled sum " << i << " (k=" << k << ")";
+  }
+}
+
 template <typename Tr>
 void TestDtype() {
   using S = typename Tr::S;
@@ -262,6 +359,19 @@ void TestDtype() {
     Case("unpack" + suffix, [&] {
       for (S scale : scales) CheckUnpack<Tr>(g, n, NumWords(n), scale, rng);
       CheckUnpack<Tr>(g, n, NumWords(n) + 2, scales[0], rng);  // spare words are allowed
+    });
+    Case("pack_zero_bit_0" + suffix,
+         [&] { CheckPack<Tr>(g, MakeInput<Tr>(n, Tr::Finite(), rng), {n}, 0); });
+    Case("ef_pack" + suffix, [&] {
+      for (uint32_t zero_bit : {0u, 1u}) {
+        std::vector<S> grad = MakeInput<Tr>(n, {}, rng), e = MakeInput<Tr>(n, {}, rng);
+        for (int64_t i = 0; i < n; i += 3) e[i] = Tr::Negate(grad[i]);  // exact zeros of p
+        CheckEfPack<Tr>(g, grad, e, zero_bit);
+      }
+    });
+    Case("scaled_sum" + suffix, [&] {
+      for (int64_t k : {1, 2, 3, 8}) CheckScaledSum<Tr>(g, n, k, NumWords(n), rng);
+      CheckScaledSum<Tr>(g, n, 3, NumWords(n) + 1, rng);
     });
     Case("majority" + suffix, [&] {
       for (int64_t k : {1, 2, 3, 4, 7, 8}) CheckMajority<Tr>(g, n, k, NumWords(n), rng);
