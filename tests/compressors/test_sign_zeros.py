@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.compressors.sign import zeros_alternating
+from tfcomp import ops
+from tfcomp.compressors.sign import zero_bit
 from tfcomp.testing import Emulator
 
 SHAPE = (40, 64)
@@ -42,13 +43,15 @@ def test_weights_whose_gradient_is_zero_do_not_drift(compressor, k):
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.float32, tf.float64])
-def test_zeros_alternate_sign_and_nothing_else_changes(dtype):
+def test_zeros_pack_with_alternating_sign_and_nothing_else_changes(dtype):
     x = tf.constant([0.0, -0.0, 1.5, -2.0, 1e-3], dtype)
     for step, positive in [(0, True), (1, False), (6, True)]:
-        y = zeros_alternating(x, tf.constant(step, tf.int64)).numpy()
-        assert np.all((y[:2] > 0) if positive else (y[:2] < 0)), (step, y)
-        assert np.all(np.abs(y[:2]) == np.finfo(dtype.as_numpy_dtype).tiny)
-        np.testing.assert_array_equal(y[2:], x.numpy()[2:])
+        words, scale = ops.sign_pack(x, zero_bit(tf.constant(step, tf.int64)))
+        signs = ops.sign_unpack(words, tf.ones([], dtype), 5).numpy()
+        assert np.all((signs[:2] > 0) if positive else (signs[:2] < 0)), (step, signs)
+        np.testing.assert_array_equal(signs[2:], np.sign(x.numpy()[2:]))
+        # An exact zero adds nothing to the scale, mean |x|.
+        assert float(scale) == pytest.approx((1.5 + 2.0 + 1e-3) / 5, rel=1e-3)
 
 
 def test_signsgd_majority_is_unchanged_where_gradients_are_nonzero():

@@ -2,7 +2,6 @@
 
 Packed signs do not add, so both allgather every worker's words.
 """
-import numpy as np
 import tensorflow as tf
 
 from tfcomp import ops
@@ -21,15 +20,6 @@ def zero_bit(step):
     way every step, without bound under majority vote. The packing ops take it
     (sign_pack's and sign_ef_pack's zero_bit), so the rule costs no pass of its own."""
     return tf.equal(step % 2, 0)
-
-
-def zeros_alternating(x, step):
-    """x with its exact zeros made the smallest normal number, + on even steps and
-    - on odd ones: what packing x with zero_bit(step) sends, as a tensor (the
-    compressors no longer build it; they pass zero_bit to the packing ops)."""
-    tiny = np.finfo(x.dtype.as_numpy_dtype).tiny
-    signed_tiny = tf.where(zero_bit(step), tf.constant(tiny, x.dtype), tf.constant(-tiny, x.dtype))
-    return tf.where(tf.equal(x, 0), signed_tiny, x)
 
 
 class SignSGD(Compressor):
