@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import tfcomp
 from tfcomp.compressors import Collective, Compressor, PayloadSpec
+from tfcomp.exchange import selection
 from tfcomp.exchange.step import Exchange
 from tfcomp.costs.network import Network
 from tfcomp.exchange.selection import (PROFILE_SIZES, CompressionProfile, EfficiencyAwareSelection, compressed_seconds,
@@ -94,6 +95,19 @@ def test_profile_cache_keeps_machines_apart(tmp_path, monkeypatch):
     compressor = tfcomp.DRAGONN(ratio=0.01)
     for cpu, seconds in (("fast cpu", 1e-3), ("slow cpu", 5e-3), ("fast cpu", 1e-3)):
         monkeypatch.setattr("tfcomp.exchange.selection.machine", lambda cpu=cpu: {"cpu": cpu, "gpus": []})
+        assert CompressionProfile.cached(compressor, cache_dir=tmp_path).seconds == _flat_profile(seconds).seconds
+    assert len(list((tmp_path / "profiles").iterdir())) == 2
+
+
+def test_profile_is_measured_again_when_the_codec_code_changes(tmp_path, monkeypatch):
+    """A profile measured before an upgrade of the op library or the compressor is not trusted after it."""
+    measured = iter([_flat_profile(5e-3), _flat_profile(1e-3)])
+    monkeypatch.setattr(CompressionProfile, "measure", classmethod(lambda cls, compressor: next(measured)))
+    compressor = tfcomp.DRAGONN(ratio=0.01)
+    assert selection.codec_code(type(compressor)) == selection.codec_code(tfcomp.DRAGONN)
+    assert selection.codec_code(tfcomp.DRAGONN) != selection.codec_code(tfcomp.EFSignSGD)
+    for code, seconds in (("before", 5e-3), ("after", 1e-3), ("after", 1e-3)):
+        monkeypatch.setattr(selection, "codec_code", lambda cls, code=code: code)
         assert CompressionProfile.cached(compressor, cache_dir=tmp_path).seconds == _flat_profile(seconds).seconds
     assert len(list((tmp_path / "profiles").iterdir())) == 2
 

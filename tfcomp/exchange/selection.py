@@ -8,7 +8,9 @@ give 2/K, not 1/K, and this module uses the formulas themselves. The
 compression time (encode and decode) is measured once per compressor over a
 range of sizes on this machine (cached on disk) and interpolated.
 """
+import functools
 import hashlib
+import inspect
 import json
 import os
 import pathlib
@@ -23,6 +25,7 @@ from tfcomp.costs.network import Network
 from tfcomp.costs.tables import SizeTable
 from tfcomp.exchange import profile_cache
 from tfcomp.compressors.base import Collective, TensorContext
+from tfcomp.ops import loader
 
 PROFILE_SIZES = tuple(4**e for e in range(5, 12))  # 1 Ki to 4 Mi elements
 MEASURE_RUNS = 7
@@ -91,6 +94,7 @@ class CompressionProfile(SizeTable):
     def cached(cls, compressor, cache_dir=None):
         """measure(), kept on disk per compressor configuration, TensorFlow and machine."""
         key = json.dumps({"compressor": compressor.config(), "tf": tf.__version__, **machine(),
+                          "code": codec_code(type(compressor)),
                           "sizes": PROFILE_SIZES, "measure": f"fastest of {MEASURE_RUNS}"},
                          sort_keys=True, default=str)
         cache_dir = pathlib.Path(cache_dir or os.environ.get("TFCOMP_CACHE_DIR",
@@ -106,6 +110,19 @@ class CompressionProfile(SizeTable):
             logging.warning("tfcomp: cannot write the compression profile %s (%s); it is measured again "
                             "by the next process", path, err)
         return profile
+
+
+@functools.lru_cache(maxsize=None)
+def codec_code(compressor_class):
+    """A digest of the code a compressor's codec runs (the op library and the compressor's
+    module), so that a profile measured before an upgrade is measured again, not trusted."""
+    digest = hashlib.sha256()
+    for path in (loader.library_path(), inspect.getsourcefile(compressor_class)):
+        try:
+            digest.update(pathlib.Path(path).read_bytes())
+        except (OSError, TypeError):  # no file to read: the key still names the compressor
+            digest.update(str(path).encode())
+    return digest.hexdigest()[:16]
 
 
 def _key(compressor):
