@@ -39,12 +39,12 @@ import tensorflow as tf
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.lowrank import lowrank_residual
 from tfcomp.ops.sign import sign_majority, sign_pack, sign_unpack
-from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, sparse_decode
+from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, select_largest, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
            "lowrank_residual", "sign_majority", "sign_pack", "sign_unpack", "hash_select", "index_dtype",
-           "sampled_threshold", "sparse_decode"]
+           "sampled_threshold", "select_largest", "sparse_decode"]
 
 for _op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority", "TfcompHashSelect",
-            "TfcompSampledThreshold", "TfcompSparseDecode", "TfcompLowRankResidual"):
+            "TfcompSampledThreshold", "TfcompSparseDecode", "TfcompLowRankResidual", "TfcompSelectLargest"):
     tf.no_gradient(_op)
