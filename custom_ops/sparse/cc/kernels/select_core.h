@@ -1,6 +1,6 @@
 // Per-element logic of exact threshold/top-k selection (TfcompSelectLargest,
 // TopK and DGC), shared by the CPU kernel (select_cpu.h), the CUDA kernels
-// (select_cuda_kernels.cu.h) and the standalone CUDA test. No TensorFlow here.
+// (select_cuda_kernels.cu.h, to come) and their standalone test. No TensorFlow here.
 //
 // select(x, t, capacity): among the elements with |x| >= t (and every NaN:
 // sparse::Selected), the `capacity` largest (all of them if fewer qualify),
@@ -36,7 +36,8 @@
 // cutoff. When the bounds miss (fewer than capacity at or above lo) it runs
 // the histogram passes above. Both give the one exact result.
 // Memory-traffic floor: 1 streaming read of x (sizeof(T) bytes per element)
-// on the CPU's sampled path, 2 on the histogram path (the GPU's), plus
+// on the CPU's sampled path, 2 on the histogram path (the one the GPU twin,
+// not yet written, is to take), plus
 // O(capacity) candidate traffic and the outputs.  of x (2 x sizeof(T) bytes per
 // element) plus O(capacity + hist[b]) candidate traffic and the outputs
 // (capacity x (sizeof(T) + sizeof(Index))). For a Gaussian tensor a bin holds
