@@ -36,12 +36,12 @@
 // cutoff. When the bounds miss (fewer than capacity at or above lo) it runs
 // the histogram passes above. Both give the one exact result.
 // Memory-traffic floor: 1 streaming read of x (sizeof(T) bytes per element)
-// on the CPU's sampled path, 2 on the histogram path (the one the GPU twin,
-// not yet written, is to take), plus
-// O(capacity) candidate traffic and the outputs.  of x (2 x sizeof(T) bytes per
-// element) plus O(capacity + hist[b]) candidate traffic and the outputs
-// (capacity x (sizeof(T) + sizeof(Index))). For a Gaussian tensor a bin holds
-// under 2% of the elements around the 1% quantile.
+// on the CPU's sampled path (plus the sample's 4096 cache lines), 2 on the
+// histogram path (the one the GPU twin, not yet written, is to take), plus
+// O(capacity) candidate traffic (8-byte ranks: about 1.2 x capacity on the
+// sampled path, capacity + hist[b] on the histogram path; a bin holds under 2%
+// of a Gaussian tensor around its 1% quantile) and the outputs (capacity x
+// (sizeof(T) + sizeof(Index)) bytes).
 #ifndef TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SELECT_CORE_H_
 #define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SELECT_CORE_H_
 
