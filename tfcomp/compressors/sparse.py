@@ -130,14 +130,13 @@ class Sparsifier(WorkerMomentum, Compressor):
 
 
 class TopK(Sparsifier):
-    """Exact top-k by magnitude (tf.math.top_k): the quality reference, and the slowest."""
+    """Exact top-k by magnitude (ops.select_largest at threshold 0: a radix select in two
+    streaming reads, indices in increasing order): the quality reference."""
 
     default_momentum_masking = 0.0
 
     def select(self, flat, ctx):
-        m = self.capacity(flat.shape)
-        top = tf.math.top_k(tf.abs(flat), m, sorted=False).indices
-        return tf.gather(flat, top), tf.cast(top, ops.index_dtype(flat.shape.num_elements()))
+        return ops.select_largest(flat, 0, self.capacity(flat.shape))
 
 
 class ThresholdSparsifier(Sparsifier):
@@ -173,31 +172,18 @@ class ThresholdSparsifier(Sparsifier):
 class DGC(ThresholdSparsifier):
     """Deep Gradient Compression's selection: a threshold from a 1% sample, then
     every element above it, compacted into the capacity (the largest ones if
-    more were selected, DGC's hierarchical selection). TF ops only. The
+    more were selected, DGC's hierarchical selection). The
     threshold aims at twice the capacity, so the slots fill with the largest
     of the elements above it, not with fewer when the sample's estimate runs
-    high (benchmarks/results/convergence.md, "candidates" rows)."""
+    high (benchmarks/results/convergence.md, "candidates" rows). The selection is
+    ops.select_largest: the largest elements at or above the threshold, exactly, in
+    two streaming reads (indices in increasing order, empty slots -1)."""
 
     default_momentum_masking = 0.0
     default_candidates_per_slot = 2.0
 
     def select(self, flat, ctx):
-        m = self.capacity(flat.shape)
-        threshold = self.threshold(flat, ctx)
-        magnitude = tf.abs(flat)
-        chosen = tf.reshape(tf.where(magnitude >= threshold), [-1])
-        count = tf.size(chosen)
-
-        def largest():
-            return tf.gather(chosen, tf.math.top_k(tf.gather(magnitude, chosen), m, sorted=False).indices)
-
-        def padded():
-            return tf.pad(chosen, [[0, m - count]], constant_values=-1)
-
-        chosen = tf.cond(count > m, largest, padded)
-        chosen.set_shape([m])
-        values = tf.where(chosen >= 0, tf.gather(flat, tf.maximum(chosen, 0)), tf.zeros([], flat.dtype))
-        return values, tf.cast(chosen, ops.index_dtype(flat.shape.num_elements()))
+        return ops.select_largest(flat, self.threshold(flat, ctx), self.capacity(flat.shape))
 
 
 class DRAGONN(ThresholdSparsifier):

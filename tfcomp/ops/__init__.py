@@ -43,13 +43,13 @@ import tensorflow as tf
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.lowrank import lowrank_residual
 from tfcomp.ops.sign import sign_ef_pack, sign_majority, sign_pack, sign_scaled_sum, sign_unpack
-from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, sparse_decode
+from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, select_largest, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
-           "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack", "sign_scaled_sum", "sign_unpack", "hash_select", "index_dtype",
-           "sampled_threshold", "sparse_decode"]
+           "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack", "sign_scaled_sum", "sign_unpack",
+           "hash_select", "index_dtype", "sampled_threshold", "select_largest", "sparse_decode"]
 
 for _op in ("TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSignMajority",
-            "TfcompSignScaledSum", "TfcompHashSelect",
-            "TfcompSampledThreshold", "TfcompSparseDecode", "TfcompLowRankResidual"):
+            "TfcompSignScaledSum", "TfcompHashSelect", "TfcompSampledThreshold", "TfcompSparseDecode",
+            "TfcompLowRankResidual", "TfcompSelectLargest"):
     tf.no_gradient(_op)

@@ -56,3 +56,24 @@ def sparse_decode(values, indices, n):
     check_dtype(values.dtype, "sparse_decode's values")
     indices = integer_tensor(indices, "sparse_decode's indices", (tf.int32, tf.int64))
     return library().tfcomp_sparse_decode(values, indices, count_tensor(n, "sparse_decode's n"))
+
+
+def select_largest(x, threshold, capacity):
+    """Exact threshold/top-k selection over x (any shape, flattened).
+
+    Among the elements with |x| >= threshold (and every NaN), the `capacity`
+    largest by float32(|x|) (NaN above +Inf, denormals as 0, ties to the larger
+    index), all of them if fewer qualify; threshold 0 is exact top-k. Returns
+    (values[capacity], indices[capacity]) in increasing index order, padded
+    with (0, -1); the same on every device and thread count. A radix select
+    (custom_ops/sparse/cc/kernels/select_core.h): two streaming reads of x, no
+    sort. At most 2^33 elements.
+    """
+    x = tf.convert_to_tensor(x)
+    check_dtype(x.dtype, "select_largest's input")
+    capacity = int_attr(capacity, "select_largest's capacity")
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    n = x.shape.num_elements()
+    return library().tfcomp_select_largest(x, tf.cast(threshold, x.dtype), capacity=capacity,
+                                           Tindex=tf.int64 if n is None else index_dtype(n))
