@@ -500,6 +500,9 @@ EAGER_CASES = [
     ("sign_majority", lambda: ops.sign_majority(np.zeros((2, 3), np.int32), 10),
      "sign_majority's words must be uint32, got int32"),
     ("sign_majority", lambda: ops.sign_majority(u32(2, 3), 10, dtype=tf.int32), "dtype must be one of float16"),
+    ("select_largest", lambda: ops.select_largest(np.ones(4, np.int32), 0, 2), FLOATS),
+    ("select_largest", lambda: ops.select_largest(f32(4), 0.0, -1), "capacity must be >= 0, got -1"),
+    ("select_largest", lambda: ops.select_largest(f32(4), f32(2), 2), r"threshold must be a scalar"),
     ("hash_select", lambda: ops.hash_select(f32(4), 1.0, 5, 2), SEED_SHAPE + r"\[\]"),
     ("hash_select", lambda: ops.hash_select(f32(4), 1.0, (1, 2, 3), 2), SEED_SHAPE + r"\[3\]"),
     ("hash_select", lambda: ops.hash_select(f32(4), 1.0, [[1, 2]], 2), SEED_SHAPE + r"\[1,2\]"),
@@ -596,6 +599,7 @@ _sign_majority = unknown_shapes(lambda w, n: ops.sign_majority(w, n), "u32", "i6
 _sign_ef_pack = unknown_shapes(lambda g, e: ops.sign_ef_pack(g, e, False), "f32", "f32")
 _sign_scaled_sum = unknown_shapes(lambda w, s, n: ops.sign_scaled_sum(w, s, n, 0.5), "u32", "f32", "i64")
 _hash_select = unknown_shapes(lambda g, t, s: ops.hash_select(g, t, s, 4), "f32", "f32", "i64")
+_select_largest = unknown_shapes(lambda x, t: ops.select_largest(x, t, 2), "f32", "f32")
 _sampled_threshold = unknown_shapes(lambda g, s: ops.sampled_threshold(g, s, 8, 2), "f32", "i64")
 _sparse_decode32 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i32", "i64")
 _sparse_decode64 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i64", "i64")
@@ -624,6 +628,8 @@ GRAPH_CASES = [
     ("hash_select", lambda: _hash_select(f32(4), one, i64(1, 2, 3)), SEED_SHAPE + r"\[3\]"),
     ("hash_select", lambda: _hash_select(f32(4), one, n64(1)), SEED_SHAPE + r"\[\]"),
     ("hash_select", lambda: _hash_select(f32(4), f32(2), i64(1, 2)), r"threshold must be a scalar, got shape \[2\]"),
+    ("select_largest", lambda: _select_largest(f32(4), f32(2)), r"threshold must be a scalar"),
+    ("select_largest", lambda: _select_largest(f32(2, 0, 3), one), None),
     ("sampled_threshold", lambda: _sampled_threshold(f32(4), np.ones((2, 1), np.int64)), SEED_SHAPE + r"\[2,1\]"),
     ("sparse_decode", lambda: _sparse_decode32(f32(2), i32(0, 9), n64(9)), r"indices\[1\] = 9 is outside \[0, n = 9\)"),
     ("sparse_decode", lambda: _sparse_decode64(f32(2), i64(0, -7), n64(9)), r"indices\[1\] = -7 is outside"),
@@ -687,8 +693,9 @@ def test_constant_negative_or_too_large_n():
 
 
 def test_every_op_is_covered():
-    """A new op in ops.py needs its properties and malformed inputs here."""
-    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold", "hash_select", "sparse_decode",
+    """A new op in ops.py needs its properties and malformed inputs here (select_largest's
+    properties are in test_select.py)."""
+    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold", "hash_select", "select_largest", "sparse_decode",
              "lowrank_residual"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
