@@ -12,12 +12,13 @@ def cast_divide(x, dtype, divisor=1):
     divided by divisor in dtype's accumulator type (float32 for float16, bfloat16
     and float32; float64 for float64) and rounded once back to dtype, as
     TensorFlow divides float16 and bfloat16. NaN stays NaN (its bits are not
-    specified). With divisor 1 it is tf.cast(x, dtype); where dtype is at least
-    as wide as x's, the result is rounded once. divisor (a number or a scalar
-    tensor) is converted to dtype first. Elementwise, so the result does not
-    depend on the thread count; on the CPU, subnormal float32/float64 operands
-    and quotients of the division are flushed to zero, as in TensorFlow's own
-    divide there.
+    specified). Where dtype is at least as wide as x's, the result is rounded
+    once. divisor (a number or a scalar tensor) is converted to dtype first.
+    Elementwise, so the result does not depend on the thread count. On the CPU,
+    subnormal float32/float64 operands and quotients of the division are flushed
+    to zero, as in TensorFlow's own divide there: so with divisor 1 it is
+    tf.cast(x, dtype) exactly where float16 is on either side (FP16's pairs), and
+    elsewhere up to that flush of subnormal results.
 
     Memory traffic: one read of x and one write of the result, x.dtype.size +
     dtype.size bytes per element (an encode float32 -> float16 reads 4 and writes

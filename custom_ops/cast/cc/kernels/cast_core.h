@@ -13,8 +13,11 @@
 //      half, bfloat16 and float; double for double), divided by the divisor
 //      there, and the quotient rounded once to DstT: Eigen's half and bfloat16
 //      division is float division rounded back.
-// With divisor 1 it is tf.cast(x, DstT) (step 2 is exact); where DstT is at
-// least as wide as SrcT step 1 is exact and the result is rounded once. NaN
+// With divisor 1 it is tf.cast(x, DstT) (step 2 is exact), except that on
+// TensorFlow's CPU threads the division flushes a subnormal float, double or
+// bfloat16 value to zero (not where half is either side: half values are
+// normal floats, and float subnormals round to a half zero anyway). Where DstT
+// is at least as wide as SrcT step 1 is exact and the result is rounded once. NaN
 // stays NaN; its bits are not part of the contract (the 16-bit conversions
 // here give the quiet NaN 0x7e00 / 0x7fc0 with x's sign, as Eigen's software
 // conversions do, but float division may propagate a payload).
