@@ -44,13 +44,19 @@ for op in sign_ops + ("TfcompSampledThreshold", "TfcompLowRankResidual") + spars
     indices = ("int32", "int64") if op in sparse_ops else (None,)
     want = {(t.name, i) if i else (t.name,) for t in floats for i in indices}
     assert gpu_types == want, f"{op}: GPU kernels for {sorted(gpu_types)}"
+# TfcompCastDivide: one GPU kernel per (DstT, SrcT) pair.
+cast_types = {tuple(tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name
+                    for c in sorted(k.constraint, key=lambda c: c.name))
+              for k in kernels.get_registered_kernels_for_op("TfcompCastDivide").kernel
+              if k.device_type == "GPU"}
+assert cast_types == {(d.name, s.name) for d in floats for s in floats}, f"TfcompCastDivide: {sorted(cast_types)}"
 print(f"cuda_check: GPU kernels registered, library loads in TensorFlow {tf.__version__}")
 EOF
 
 # The op tests against the GPU build: its CPU kernels everywhere (one library
 # serves CPU-only users), and on a GPU machine the GPU kernels against the CPU ones.
 TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/ops/test_sign.py tests/ops/test_sparse.py \
-  tests/ops/test_lowrank.py \
+  tests/ops/test_lowrank.py tests/ops/test_cast.py \
   || die "the op tests fail against $LIB"
 
 for test in "$OUT"/tests/*; do

@@ -8,6 +8,8 @@
 //                   threshold, plus the gather: the best exact selection
 //   exact_topk_sort |x| radix-sorted with CUB: the exact top-k's cost
 //   cublas_gemm     C -= P Q^T with cuBLAS, against the fused low-rank residual
+//   cast_*_composed a cast pass then a divide pass (tf.cast(x, DstT) / K), against
+//                   the one-pass cast_divide (FP16's encode and decode)
 // Each measurement is the median of --reps CUDA-event timings after warm-ups.
 // Inputs rotate through a pool three times the L2 size, so no timing reads a
 // tensor the previous one left in the cache.
@@ -32,6 +34,7 @@
 template <>
 struct tfcomp::sign::FloatLayout<__half> : tfcomp::sign::Binary16Layout {};
 
+#include "custom_ops/cast/cc/kernels/cast_cuda_kernels.cu.h"
 #include "custom_ops/lowrank/cc/kernels/lowrank_cuda_kernels.cu.h"
 #include "custom_ops/sign/cc/kernels/sign_cuda_kernels.cu.h"
 #include "custom_ops/sparse/cc/kernels/sparse_cuda_kernels.cu.h"
@@ -249,6 +252,45 @@ void BenchSign(int64_t n) {
   }
 }
 
+// ---- cast and divide (FP16): one pass against a cast pass and a divide pass ----
+namespace cst = tfcomp::cast;
+template <typename Src, typename Dst>
+__global__ void CastOnlyKernel(const Src* __restrict__ x, int64_t n, Dst* __restrict__ out) {
+  for (int64_t i = sp::cuda::GlobalThread(); i < n; i += sp::cuda::GridStride()) {
+    out[i] = cst::Convert<Dst>(x[i]);
+  }
+}
+template <typename T>
+__global__ void DivideOnlyKernel(T* __restrict__ x, int64_t n, const T* __restrict__ divisor) {
+  const cst::Acc<T> d = cst::Widen(*divisor);
+  for (int64_t i = sp::cuda::GlobalThread(); i < n; i += sp::cuda::GridStride()) {
+    x[i] = cst::Narrow<T>(cst::Widen(x[i]) / d);
+  }
+}
+
+template <typename T> struct CoreOf { using type = T; };
+template <> struct CoreOf<__half> { using type = cst::Half; };
+
+// op names: cast_<src>_<dst>, param = the divisor.
+template <typename SrcT, typename DstT>
+void BenchCast(int64_t n, float divisor_value) {
+  using Src = typename CoreOf<SrcT>::type;
+  using Dst = typename CoreOf<DstT>::type;
+  InputPool<SrcT> pool(n, 2);
+  DeviceArray<Dst> out(n), divisor(std::vector<Dst>{cst::Narrow<Dst>(divisor_value)});
+  const double bytes = static_cast<double>(n) * (sizeof(Src) + sizeof(Dst));
+  const std::string name = std::string("cast_") + DtypeName<SrcT>() + "_" + DtypeName<DstT>();
+  Emit(name.c_str(), DtypeName<SrcT>(), n, divisor_value, MedianMs([&] {
+         CHECK_CUDA(cst::cuda::LaunchCastDivide(reinterpret_cast<const Src*>(pool.Next()), n,
+                                                divisor.ptr, out.ptr, nullptr));
+       }), bytes);
+  Emit((name + "_composed").c_str(), DtypeName<SrcT>(), n, divisor_value, MedianMs([&] {
+         const unsigned grid = sp::cuda::GridFor(n);
+         CastOnlyKernel<Src, Dst><<<grid, 256>>>(reinterpret_cast<const Src*>(pool.Next()), n, out.ptr);
+         DivideOnlyKernel<Dst><<<grid, 256>>>(out.ptr, n, divisor.ptr);
+       }), bytes);
+}
+
 // ---- selection ----
 __global__ void IotaKernel(int64_t* __restrict__ out, int64_t n) {
   for (int64_t i = sp::cuda::GlobalThread(); i < n; i += sp::cuda::GridStride()) out[i] = i;
@@ -414,6 +456,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "n = 2^%d\n", e);
     BenchSign<float>(n);
     BenchSign<__half>(n);
+    BenchCast<float, __half>(n, 1.0f);   // FP16's encode
+    BenchCast<__half, float>(n, 2.0f);   // its decode, K = 2
+    BenchCast<__half, __half>(n, 2.0f);  // a float16 gradient's decode
     BenchSelect<float>(n);
     BenchSelect<__half>(n);
   }

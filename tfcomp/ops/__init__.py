@@ -6,6 +6,9 @@ one per stack, else tfcomp/_tfcomp_ops.so) is loaded once, on first use. If it i
 TensorFlow, OpLibraryError says how to rebuild it: tfcomp never falls back to
 slower code behind the user's back.
 
+Cast and divide in one pass (FP16, the dense mean): see cast_divide, and
+custom_ops/cast/cc/kernels/cast_core.h.
+
 Hashed selection and sparse decoding (DRAGONN): see hash_select and
 sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h.
 
@@ -41,6 +44,7 @@ does not flush. Only sign_pack's sign bits read the bit pattern.
 import tensorflow as tf
 
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
+from tfcomp.ops.cast import cast_divide
 from tfcomp.ops.lowrank import lowrank_residual
 from tfcomp.ops.sign import sign_ef_pack, sign_majority, sign_pack, sign_scaled_sum, sign_unpack
 from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, select_largest, sparse_decode
@@ -53,3 +57,6 @@ for _op in ("TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSig
             "TfcompSignScaledSum", "TfcompHashSelect", "TfcompSampledThreshold", "TfcompSparseDecode",
             "TfcompLowRankResidual", "TfcompSelectLargest"):
     tf.no_gradient(_op)
+
+__all__ += ["cast_divide"]
+tf.no_gradient("TfcompCastDivide")
