@@ -500,6 +500,9 @@ EAGER_CASES = [
     ("sign_majority", lambda: ops.sign_majority(np.zeros((2, 3), np.int32), 10),
      "sign_majority's words must be uint32, got int32"),
     ("sign_majority", lambda: ops.sign_majority(u32(2, 3), 10, dtype=tf.int32), "dtype must be one of float16"),
+    ("cast_divide", lambda: ops.cast_divide(np.ones(4, np.int32), tf.float32), FLOATS),
+    ("cast_divide", lambda: ops.cast_divide(f32(4), tf.int32), FLOATS),
+    ("cast_divide", lambda: L().tfcomp_cast_divide(f32(3), f32(2)), "divisor must be a scalar"),
     ("select_largest", lambda: ops.select_largest(np.ones(4, np.int32), 0, 2), FLOATS),
     ("select_largest", lambda: ops.select_largest(f32(4), 0.0, -1), "capacity must be >= 0, got -1"),
     ("select_largest", lambda: ops.select_largest(f32(4), f32(2), 2), r"threshold must be a scalar"),
@@ -600,6 +603,7 @@ _sign_ef_pack = unknown_shapes(lambda g, e: ops.sign_ef_pack(g, e, False), "f32"
 _sign_scaled_sum = unknown_shapes(lambda w, s, n: ops.sign_scaled_sum(w, s, n, 0.5), "u32", "f32", "i64")
 _hash_select = unknown_shapes(lambda g, t, s: ops.hash_select(g, t, s, 4), "f32", "f32", "i64")
 _select_largest = unknown_shapes(lambda x, t: ops.select_largest(x, t, 2), "f32", "f32")
+_cast_divide = unknown_shapes(lambda x, d: L().tfcomp_cast_divide(x, d), "f32", "f32")
 _sampled_threshold = unknown_shapes(lambda g, s: ops.sampled_threshold(g, s, 8, 2), "f32", "i64")
 _sparse_decode32 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i32", "i64")
 _sparse_decode64 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i64", "i64")
@@ -628,6 +632,8 @@ GRAPH_CASES = [
     ("hash_select", lambda: _hash_select(f32(4), one, i64(1, 2, 3)), SEED_SHAPE + r"\[3\]"),
     ("hash_select", lambda: _hash_select(f32(4), one, n64(1)), SEED_SHAPE + r"\[\]"),
     ("hash_select", lambda: _hash_select(f32(4), f32(2), i64(1, 2)), r"threshold must be a scalar, got shape \[2\]"),
+    ("cast_divide", lambda: _cast_divide(f32(4), f32(2)), "divisor must be a scalar"),
+    ("cast_divide", lambda: _cast_divide(f32(2, 0, 3), one), None),
     ("select_largest", lambda: _select_largest(f32(4), f32(2)), r"threshold must be a scalar"),
     ("select_largest", lambda: _select_largest(f32(2, 0, 3), one), None),
     ("sampled_threshold", lambda: _sampled_threshold(f32(4), np.ones((2, 1), np.int64)), SEED_SHAPE + r"\[2,1\]"),
@@ -694,8 +700,8 @@ def test_constant_negative_or_too_large_n():
 
 def test_every_op_is_covered():
     """A new op in ops.py needs its properties and malformed inputs here (select_largest's
-    properties are in test_select.py)."""
-    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold", "hash_select", "select_largest", "sparse_decode",
+    and cast_divide's properties are in test_select.py and test_cast.py)."""
+    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold", "hash_select", "select_largest", "sparse_decode", "cast_divide",
              "lowrank_residual"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
