@@ -27,8 +27,8 @@ an int64 vector of 2) raises tf.errors.InvalidArgumentError from the kernel,
 ValueError from shape inference when the graph's static shapes show it, or
 TypeError here for a dtype an op does not take. Integer inputs are checked here
 rather than converted, since TensorFlow casts a NumPy array to an op's input
-dtype silently (int64 indices would wrap to int32). The GPU sparse_decode skips
-out-of-range indices instead of checking them (they stay in device memory).
+dtype silently (int64 indices would wrap to int32). The GPU sparse_decode and
+scale_at skip out-of-range indices instead of checking them (they stay in device memory).
 
 TensorFlow runs CPU kernels with subnormals flushed to zero (FTZ/DAZ): there the
 sparse ops and lowrank_residual compare and add a subnormal input as +-0; CUDA
@@ -39,12 +39,13 @@ import tensorflow as tf
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.lowrank import lowrank_residual
 from tfcomp.ops.sign import sign_majority, sign_pack, sign_unpack
-from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, sparse_decode
+from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, scale_at, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
            "lowrank_residual", "sign_majority", "sign_pack", "sign_unpack", "hash_select", "index_dtype",
-           "sampled_threshold", "sparse_decode"]
+           "sampled_threshold", "sparse_decode", "scale_at"]
 
 for _op in ("TfcompSignPack", "TfcompSignUnpack", "TfcompSignMajority", "TfcompHashSelect",
-            "TfcompSampledThreshold", "TfcompSparseDecode", "TfcompLowRankResidual"):
+            "TfcompSampledThreshold", "TfcompSparseDecode", "TfcompLowRankResidual",
+            "TfcompScaleAt"):
     tf.no_gradient(_op)
