@@ -219,7 +219,7 @@ def test_sign_majority_is_the_sign_of_the_summed_signs(data):
     np.testing.assert_array_equal(ops.sign_majority(words, n).numpy(), np.sign(votes.sum(axis=0)))
 
 
-# --- hash_select, sampled_threshold, sparse_decode --------------------------------------------
+# --- hash_select, sampled_threshold, sparse_decode, scale_at -----------------------------------
 
 @given(st.data())
 def test_hash_select(data):
@@ -289,10 +289,34 @@ def test_sparse_decode(data):
     all_values = np.concatenate([v for v, _ in lists])
     index_dtype = data.draw(st.sampled_from([np.int32, np.int64]), "index dtype")
     all_indices = np.concatenate([i for _, i in lists]).astype(index_dtype)
-    out = ops.sparse_decode(all_values, all_indices, n)
+    # The sum, or the mean of the K workers (any divisor: 1/K rounded in the accumulator).
+    divisor = data.draw(st.sampled_from([1, k, 3, 7]), "divisor")
+    out = ops.sparse_decode(all_values, all_indices, n, divisor=divisor)
     assert out.dtype == dtype and out.shape == (n,)
     with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf, max + max
-        expected = sparse_ref.sparse_decode(all_values, all_indices, n)
+        expected = sparse_ref.sparse_decode(all_values, all_indices, n, divisor)
+    assert_equal_or_both_nan(out.numpy(), expected)
+
+
+@given(st.data())
+def test_scale_at(data):
+    """Each listed element (repeats and -1 among the indices) scaled once; factor 0
+    clears, NaN and Inf included; the others keep their bits (subnormals too)."""
+    dtype = data.draw(dtypes, "dtype")
+    x = np.array(data.draw(arrays(dtype), "x"))
+    n = x.size
+    count = data.draw(st.integers(0, 40), "count")
+    indices = np.array(data.draw(st.lists(st.integers(-1, n - 1), min_size=count, max_size=count)), np.int64)
+    # Listed elements from the decode's values (no subnormal product for the flush to change).
+    listed = np.unique(indices[indices >= 0])
+    flat = x.reshape(-1)
+    flat[listed] = to_dtype(data.draw(st.lists(decode_values(dtype), min_size=len(listed), max_size=len(listed))),
+                            dtype)
+    factor = data.draw(st.sampled_from([0.0, -0.0, 1.0, 0.5, -3.0, 0.25, 2.0, math.inf, math.nan]), "factor")
+    index_dtype = data.draw(st.sampled_from([np.int32, np.int64]), "index dtype")
+    out = ops.scale_at(x, indices.astype(index_dtype), factor)
+    assert out.dtype == dtype and out.shape == x.shape
+    expected = sparse_ref.scale_at(x, indices, to_dtype(factor, dtype))
     assert_equal_or_both_nan(out.numpy(), expected)
 
 
