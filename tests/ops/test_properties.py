@@ -494,6 +494,16 @@ EAGER_CASES = [
      "indices must be int32 or int64, got uint8"),
     ("sparse_decode", lambda: ops.sparse_decode(np.ones(2, np.int32), i32(0, 3), 5), "values must be one of float16"),
     ("sparse_decode", lambda: ops.sparse_decode(f32(2), i32(0, 3), 5.0), "sparse_decode's n must be an integer tensor"),
+    ("sparse_decode", lambda: ops.sparse_decode(f32(2), i32(0, 3), 5, divisor=0), "divisor must be >= 1, got 0"),
+    ("sparse_decode", lambda: L().tfcomp_sparse_decode(f32(2), i32(0, 3), n64(5), divisor=0),
+     "divisor.* must be at least minimum 1"),
+    ("scale_at", lambda: ops.scale_at(f32(5), i32(0, 5), 0), r"indices\[1\] = 5 is outside \[0, n = 5\)"),
+    ("scale_at", lambda: ops.scale_at(f32(5), i64(-2), 0), r"indices\[0\] = -2 is outside .* not -1"),
+    ("scale_at", lambda: ops.scale_at(f32(0), i32(0), 0), r"indices\[0\] = 0 is outside \[0, n = 0\)"),
+    ("scale_at", lambda: ops.scale_at(f32(5), np.zeros((1, 1), np.int32), 0), "rank 1|must be a vector"),
+    ("scale_at", lambda: ops.scale_at(f32(5), i32(0), f32(2)), "rank 0|must be a scalar"),
+    ("scale_at", lambda: ops.scale_at(f32(5), np.array([0.0], np.float32), 0), "scale_at's indices must be int32 or int64"),
+    ("scale_at", lambda: ops.scale_at(np.ones(2, np.int32), i32(0), 0), FLOATS),
     ("lowrank_residual", lambda: ops.lowrank_residual(f32(6), f32(6, 2), f32(1, 2)),
      r"m must be a matrix \[n, k\] \(rank 2\), got shape \[6\]"),
     ("lowrank_residual", lambda: ops.lowrank_residual(f32(2, 3), f32(2), f32(3, 2)),
@@ -541,6 +551,7 @@ _hash_select = unknown_shapes(lambda g, t, s: ops.hash_select(g, t, s, 4), "f32"
 _sampled_threshold = unknown_shapes(lambda g, s: ops.sampled_threshold(g, s, 8, 2), "f32", "i64")
 _sparse_decode32 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i32", "i64")
 _sparse_decode64 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i64", "i64")
+_scale_at32 = unknown_shapes(lambda x, i, f: ops.scale_at(x, i, f), "f32", "i32", "f32")
 _lowrank_residual = unknown_shapes(lambda m, p, q: ops.lowrank_residual(m, p, q), "f32", "f32", "f32")
 one, n64 = np.float32(1), np.int64
 
@@ -567,6 +578,9 @@ GRAPH_CASES = [
     ("sparse_decode", lambda: _sparse_decode32(f32(2, 1), i32(0, 1), n64(9)), ONE_LENGTH + r"\[2,1\] and \[2\]"),
     ("sparse_decode", lambda: _sparse_decode32(f32(2), i32(0, 1), n64(-9)), "n must be >= 0, got -9"),
     ("sparse_decode", lambda: _sparse_decode32(f32(2), i32(0, 1), i64(9, 9)), r"n must be a scalar int64, got shape \[2\]"),
+    ("scale_at", lambda: _scale_at32(f32(9), i32(0, 9), one), r"indices\[1\] = 9 is outside \[0, n = 9\)"),
+    ("scale_at", lambda: _scale_at32(f32(9), np.zeros((2, 1), np.int32), one), r"indices must be a vector, got shape \[2,1\]"),
+    ("scale_at", lambda: _scale_at32(f32(9), i32(0), f32(2)), r"factor must be a scalar, got shape \[2\]"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(6), f32(6, 2), f32(1, 2)), r"m must be a matrix \[n, k\] \(rank 2\)"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(2, 3), f32(2, 2, 1), f32(3, 2)), r"p must be a matrix \[n, r\]"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(2, 3), f32(2, 2), f32(3)), r"q must be a matrix \[k, r\]"),
@@ -625,7 +639,7 @@ def test_constant_negative_or_too_large_n():
 def test_every_op_is_covered():
     """A new op in ops.py needs its properties and malformed inputs here."""
     names = {"sign_pack", "sign_unpack", "sign_majority", "sampled_threshold", "hash_select", "sparse_decode",
-             "lowrank_residual"}
+             "lowrank_residual", "scale_at"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
     library_ops = {name for name in dir(L()) if name.startswith("tfcomp_") and not name.endswith("_eager_fallback")}
