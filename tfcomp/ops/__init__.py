@@ -7,7 +7,8 @@ TensorFlow, OpLibraryError says how to rebuild it: tfcomp never falls back to
 slower code behind the user's back.
 
 Hashed selection and sparse decoding (DRAGONN): see hash_select and
-sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h.
+sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h; scale_at is
+error feedback's update of the residual and the velocity at the sent indices.
 
 Sign packing (signSGD, EF-signSGD):
   * element i of the flattened tensor is bit i % 32 of word i // 32, least
