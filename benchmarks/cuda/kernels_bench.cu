@@ -397,6 +397,23 @@ void BenchSelect(int64_t n) {
            CHECK_CUDA(sp::cuda::LaunchSparseDecode(list_values.ptr, list_indices.ptr, 2 * capacity, n,
                                                    dense.ptr, Allocate, nullptr));
          }), in_bytes + 2 * out_bytes);
+    // The mean of the two (TfcompSparseDecode's divisor): 1/2 applied as each sum is written.
+    Emit("sparse_decode_mean", dt, n, ratio, MedianMs([&] {
+           CHECK_CUDA(sp::cuda::LaunchSparseDecode(list_values.ptr, list_indices.ptr, 2 * capacity, n,
+                                                   dense.ptr, Allocate, nullptr, 2));
+         }), in_bytes + 2 * out_bytes);
+    // Error feedback's update in place (TfcompScaleAt on a forwarded buffer): the residual
+    // (factor 0) and the velocity's masking (0.5) at one worker's capacity indices; the
+    // floor is the indices read and one element read and written per index.
+    const double scale_bytes = capacity * (sizeof(int64_t) + 2.0 * sizeof(T));
+    Emit("scale_at_clear", dt, n, ratio, MedianMs([&] {
+           CHECK_CUDA(sp::cuda::LaunchScaleAt(dense.ptr, list_indices.ptr, capacity, n,
+                                              static_cast<T>(0.0f), dense.ptr, Allocate, nullptr));
+         }), scale_bytes);
+    Emit("scale_at_half", dt, n, ratio, MedianMs([&] {
+           CHECK_CUDA(sp::cuda::LaunchScaleAt(dense.ptr, list_indices.ptr, capacity, n,
+                                              static_cast<T>(0.5f), dense.ptr, Allocate, nullptr));
+         }), scale_bytes);
   }
   {
     Emit("exact_topk_sort", dt, n, 0, MedianMs([&] {

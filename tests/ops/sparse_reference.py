@@ -61,12 +61,36 @@ def hash_select(g, threshold, seed, capacity, bucket_size=1):
     return values, indices, selected
 
 
-def sparse_decode(values, indices, n):
+def _acc(dtype):
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def sparse_decode(values, indices, n, divisor=1):
+    """Entries added in list order in the element dtype, then, for divisor K > 1, each
+    sum times 1 / K in the accumulation type (float32, float64 for float64), rounded once."""
     dense = np.zeros(n, values.dtype)
     for v, i in zip(values, indices):
         if i >= 0:
             dense[i] += v
+    if divisor != 1:
+        acc = _acc(values.dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            dense = (dense.astype(acc) * (acc(1) / acc(divisor))).astype(values.dtype)
     return dense
+
+
+def scale_at(x, indices, factor):
+    """x with each distinct listed element (index >= 0) times factor in the accumulation
+    type, rounded once; factor 0 clears it to +0 (NaN and Inf too)."""
+    out = x.reshape(-1).copy()
+    listed = np.unique(np.asarray(indices, np.int64)[np.asarray(indices) >= 0])
+    acc = _acc(x.dtype)
+    if factor == 0:
+        out[listed] = 0
+    elif factor != 1:
+        with np.errstate(invalid="ignore", over="ignore"):
+            out[listed] = (out[listed].astype(acc) * acc(factor)).astype(x.dtype)
+    return out.reshape(x.shape)
 
 
 SAMPLE_RUN = 256

@@ -289,7 +289,7 @@ def test_sign_majority_wide_k_takes_every_path(data):
         assert_same_bits(out.numpy(), reference_majority(words, n).astype(np_dtype(dtype)))
 
 
-# --- hash_select, sampled_threshold, sparse_decode --------------------------------------------
+# --- hash_select, sampled_threshold, sparse_decode, scale_at -----------------------------------
 
 @given(st.data())
 def test_hash_select(data):
@@ -359,10 +359,34 @@ def test_sparse_decode(data):
     all_values = np.concatenate([v for v, _ in lists])
     index_dtype = data.draw(st.sampled_from([np.int32, np.int64]), "index dtype")
     all_indices = np.concatenate([i for _, i in lists]).astype(index_dtype)
-    out = ops.sparse_decode(all_values, all_indices, n)
+    # The sum, or the mean of the K workers (any divisor: 1/K rounded in the accumulator).
+    divisor = data.draw(st.sampled_from([1, k, 3, 7]), "divisor")
+    out = ops.sparse_decode(all_values, all_indices, n, divisor=divisor)
     assert out.dtype == dtype and out.shape == (n,)
     with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf, max + max
-        expected = sparse_ref.sparse_decode(all_values, all_indices, n)
+        expected = sparse_ref.sparse_decode(all_values, all_indices, n, divisor)
+    assert_equal_or_both_nan(out.numpy(), expected)
+
+
+@given(st.data())
+def test_scale_at(data):
+    """Each listed element (repeats and -1 among the indices) scaled once; factor 0
+    clears, NaN and Inf included; the others keep their bits (subnormals too)."""
+    dtype = data.draw(dtypes, "dtype")
+    x = np.array(data.draw(arrays(dtype), "x"))
+    n = x.size
+    count = data.draw(st.integers(0, 40), "count")
+    indices = np.array(data.draw(st.lists(st.integers(-1, n - 1), min_size=count, max_size=count)), np.int64)
+    # Listed elements from the decode's values (no subnormal product for the flush to change).
+    listed = np.unique(indices[indices >= 0])
+    flat = x.reshape(-1)
+    flat[listed] = to_dtype(data.draw(st.lists(decode_values(dtype), min_size=len(listed), max_size=len(listed))),
+                            dtype)
+    factor = data.draw(st.sampled_from([0.0, -0.0, 1.0, 0.5, -3.0, 0.25, 2.0, math.inf, math.nan]), "factor")
+    index_dtype = data.draw(st.sampled_from([np.int32, np.int64]), "index dtype")
+    out = ops.scale_at(x, indices.astype(index_dtype), factor)
+    assert out.dtype == dtype and out.shape == x.shape
+    expected = sparse_ref.scale_at(x, indices, to_dtype(factor, dtype))
     assert_equal_or_both_nan(out.numpy(), expected)
 
 
@@ -556,6 +580,16 @@ EAGER_CASES = [
      "indices must be int32 or int64, got uint8"),
     ("sparse_decode", lambda: ops.sparse_decode(np.ones(2, np.int32), i32(0, 3), 5), "values must be one of float16"),
     ("sparse_decode", lambda: ops.sparse_decode(f32(2), i32(0, 3), 5.0), "sparse_decode's n must be an integer tensor"),
+    ("sparse_decode", lambda: ops.sparse_decode(f32(2), i32(0, 3), 5, divisor=0), "divisor must be >= 1, got 0"),
+    ("sparse_decode", lambda: L().tfcomp_sparse_decode(f32(2), i32(0, 3), n64(5), divisor=0),
+     "divisor.* must be at least minimum 1"),
+    ("scale_at", lambda: ops.scale_at(f32(5), i32(0, 5), 0), r"indices\[1\] = 5 is outside \[0, n = 5\)"),
+    ("scale_at", lambda: ops.scale_at(f32(5), i64(-2), 0), r"indices\[0\] = -2 is outside .* not -1"),
+    ("scale_at", lambda: ops.scale_at(f32(0), i32(0), 0), r"indices\[0\] = 0 is outside \[0, n = 0\)"),
+    ("scale_at", lambda: ops.scale_at(f32(5), np.zeros((1, 1), np.int32), 0), "rank 1|must be a vector"),
+    ("scale_at", lambda: ops.scale_at(f32(5), i32(0), f32(2)), "rank 0|must be a scalar"),
+    ("scale_at", lambda: ops.scale_at(f32(5), np.array([0.0], np.float32), 0), "scale_at's indices must be int32 or int64"),
+    ("scale_at", lambda: ops.scale_at(np.ones(2, np.int32), i32(0), 0), FLOATS),
     ("lowrank_residual", lambda: ops.lowrank_residual(f32(6), f32(6, 2), f32(1, 2)),
      r"m must be a matrix \[n, k\] \(rank 2\), got shape \[6\]"),
     ("lowrank_residual", lambda: ops.lowrank_residual(f32(2, 3), f32(2), f32(3, 2)),
@@ -607,6 +641,7 @@ _cast_divide = unknown_shapes(lambda x, d: L().tfcomp_cast_divide(x, d), "f32", 
 _sampled_threshold = unknown_shapes(lambda g, s: ops.sampled_threshold(g, s, 8, 2), "f32", "i64")
 _sparse_decode32 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i32", "i64")
 _sparse_decode64 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i64", "i64")
+_scale_at32 = unknown_shapes(lambda x, i, f: ops.scale_at(x, i, f), "f32", "i32", "f32")
 _lowrank_residual = unknown_shapes(lambda m, p, q: ops.lowrank_residual(m, p, q), "f32", "f32", "f32")
 one, n64 = np.float32(1), np.int64
 
@@ -643,6 +678,9 @@ GRAPH_CASES = [
     ("sparse_decode", lambda: _sparse_decode32(f32(2, 1), i32(0, 1), n64(9)), ONE_LENGTH + r"\[2,1\] and \[2\]"),
     ("sparse_decode", lambda: _sparse_decode32(f32(2), i32(0, 1), n64(-9)), "n must be >= 0, got -9"),
     ("sparse_decode", lambda: _sparse_decode32(f32(2), i32(0, 1), i64(9, 9)), r"n must be a scalar int64, got shape \[2\]"),
+    ("scale_at", lambda: _scale_at32(f32(9), i32(0, 9), one), r"indices\[1\] = 9 is outside \[0, n = 9\)"),
+    ("scale_at", lambda: _scale_at32(f32(9), np.zeros((2, 1), np.int32), one), r"indices must be a vector, got shape \[2,1\]"),
+    ("scale_at", lambda: _scale_at32(f32(9), i32(0), f32(2)), r"factor must be a scalar, got shape \[2\]"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(6), f32(6, 2), f32(1, 2)), r"m must be a matrix \[n, k\] \(rank 2\)"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(2, 3), f32(2, 2, 1), f32(3, 2)), r"p must be a matrix \[n, r\]"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(2, 3), f32(2, 2), f32(3)), r"q must be a matrix \[k, r\]"),
@@ -701,8 +739,8 @@ def test_constant_negative_or_too_large_n():
 def test_every_op_is_covered():
     """A new op in ops.py needs its properties and malformed inputs here (select_largest's
     and cast_divide's properties are in test_select.py and test_cast.py)."""
-    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold", "hash_select", "select_largest", "sparse_decode", "cast_divide",
-             "lowrank_residual"}
+    names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold",
+             "hash_select", "select_largest", "sparse_decode", "scale_at", "cast_divide", "lowrank_residual"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
     library_ops = {name for name in dir(L()) if name.startswith("tfcomp_") and not name.endswith("_eager_fallback")}

@@ -276,7 +276,111 @@ def test_sparse_decode_adds_duplicates_and_skips_empty_slots():
     np.testing.assert_array_equal(out.numpy(), [7.0, 0, 0, 3.0, 0])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_sparse_decode_with_a_divisor_is_the_mean(k, dtype):
+    """divisor=K: each element's in-order sum times 1/K (in float32, float64 for
+    float64), once: what from_sum's division gave, to a rounding."""
+    n, m = 3000, 200
+    lists = [ops.hash_select(gradient(n, dtype, seed=w, specials=True), 1.0, (w, 1), m) for w in range(k)]
+    values = np.concatenate([v.numpy() for v, _ in lists])
+    indices = np.concatenate([i.numpy() for _, i in lists])
+    mean = ops.sparse_decode(values, indices, n, divisor=k).numpy()
+    np.testing.assert_array_equal(mean.astype(np.float64),  # NaN matches NaN in float64, not bfloat16
+                                  ref.sparse_decode(values, indices, n, divisor=k).astype(np.float64))
+    divided = (ops.sparse_decode(values, indices, n) / k).numpy().astype(np.float64)
+    tol = {tf.bfloat16: 0.01, tf.float16: 0.001}.get(dtype, 1e-6)
+    np.testing.assert_allclose(mean.astype(np.float64), divided, rtol=tol, atol=tol)
+    assert np.isnan(mean[3]) and np.isinf(mean[7]), "NaN and Inf pass through the mean"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64], ids=str)
+def test_scale_at_clears_or_scales_each_listed_element_once(dtype, index_dtype):
+    x = gradient(1001, dtype, specials=True).reshape(7, 143)
+    indices = np.array([5, 3, -1, 5, 7, 1000, 9, 0, 5, -1], index_dtype)  # 5 thrice; NaN at 3, Inf at 7
+    cleared = ops.scale_at(x, indices, 0).numpy()
+    assert cleared.shape == x.shape
+    expected = x.copy().reshape(-1)
+    expected[[5, 3, 7, 1000, 9, 0]] = 0  # NaN and Inf too: nothing of a sent element stays
+    assert cleared.reshape(-1).tobytes() == expected.tobytes()
+    halved = ops.scale_at(x, indices, 0.5).numpy().reshape(-1)
+    np.testing.assert_array_equal(halved.astype(np.float64), ref.scale_at(x, indices, 0.5).reshape(-1).astype(np.float64))
+    assert halved[5] == (x.reshape(-1)[5].astype(np.float64) * 0.5).astype(x.dtype)  # once, not thrice
+    assert np.isnan(halved[3]) and np.isinf(halved[7])
+    assert ops.scale_at(x, indices, 1).numpy().tobytes() == x.tobytes()
+    assert ops.scale_at(np.zeros(0, x.dtype), np.array([-1, -1], index_dtype), 0).shape == (0,)
+
+
+# Runs sparse_decode (divisor 1 and 3) and scale_at (factors 0 and 0.5) on each
+# case of an .npz file with a given number of intra-op threads and saves the outputs.
+_DECODE_WITH_THREADS = """
+import sys
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+tf.config.threading.set_inter_op_parallelism_threads(1)
+from tfcomp import ops
+cases = np.load(sys.argv[2])
+out = {}
+for c in range(int(cases["count"])):
+    values, indices, n = cases[f"values{c}"], cases[f"indices{c}"], int(cases[f"n{c}"])
+    out[f"sum{c}"] = ops.sparse_decode(values, indices, n).numpy()
+    out[f"mean{c}"] = ops.sparse_decode(values, indices, n, divisor=3).numpy()
+    x = cases[f"x{c}"]
+    out[f"cleared{c}"] = ops.scale_at(x, indices, 0).numpy()
+    out[f"halved{c}"] = ops.scale_at(x, indices, 0.5).numpy()
+np.savez(sys.argv[3], **out)
+"""
+
+
+def test_sparse_decode_and_scale_at_on_large_lists_match_reference_on_any_thread_count(tmp_path):
+    """Lists longer than a partition segment (2^16 entries) over outputs of several
+    chunks (2^16 elements) and not a multiple of one, many repeats (the sum's order
+    shows with large and small values), -1 slots, NaN and Inf: bit for bit the
+    in-order reference on 1, 2 and 3 threads."""
+    cases = [(np.float32, 300007, 200000, np.int32), (np.float64, 200003, 150001, np.int64),
+             (np.float16, 65536 * 3, 70000, np.int32), (np.float32, 1000, 140000, np.int64)]
+    data = {"count": len(cases)}
+    expected = []
+    for c, (dtype, n, count, index_dtype) in enumerate(cases):
+        rng = np.random.default_rng(c)
+        indices = rng.integers(-1, n, count).astype(index_dtype)
+        values = (rng.standard_normal(count) * np.where(rng.random(count) < 0.1, 1e4, 1)).astype(dtype)
+        values[rng.choice(count, 20, replace=False)] = np.nan
+        values[rng.choice(count, 20, replace=False)] = np.inf
+        x = rng.standard_normal(n).astype(dtype)
+        x[rng.choice(n, 20, replace=False)] = np.nan
+        data.update({f"values{c}": values, f"indices{c}": indices, f"n{c}": n, f"x{c}": x})
+        valid = indices >= 0
+        total = np.zeros(n, dtype)
+        np.add.at(total, indices[valid], values[valid])  # in list order, rounding to dtype each time
+        acc = np.float64 if dtype == np.float64 else np.float32
+        with np.errstate(invalid="ignore", over="ignore"):
+            mean = (total.astype(acc) * (acc(1) / acc(3))).astype(dtype)
+        expected.append((total, mean, ref.scale_at(x, indices, 0), ref.scale_at(x, indices, 0.5)))
+    np.savez(tmp_path / "cases.npz", **data)
+    for threads in (1, 2, 3):
+        out = tmp_path / f"out{threads}.npz"
+        subprocess.run([sys.executable, "-c", _DECODE_WITH_THREADS, str(threads), str(tmp_path / "cases.npz"),
+                        str(out)], check=True, cwd=pathlib.Path(__file__).resolve().parents[2])
+        got = np.load(out)
+        for c, want in enumerate(expected):
+            for name, w in zip(("sum", "mean", "cleared", "halved"), want):
+                what = f"{threads} thread(s), case {cases[c]}, {name}"
+                g = got[f"{name}{c}"]
+                nan = np.isnan(w.astype(np.float64))
+                np.testing.assert_array_equal(np.isnan(g.astype(np.float64)), nan, err_msg=what)
+                assert g[~nan].tobytes() == w[~nan].tobytes(), what
+
+
 @pytest.mark.parametrize("call, message", [
+    (lambda: ops.sparse_decode(np.ones(2, np.float32), np.array([0, 1], np.int32), 5, divisor=0), "divisor must be >= 1"),
+    (lambda: ops.scale_at(np.ones(5, np.float32), np.array([0, 5], np.int32), 0), "outside \\[0, n = 5\\)"),
+    (lambda: ops.scale_at(np.ones(5, np.float32), np.array([-2], np.int64), 0), "indices\\[0\\] = -2 is outside"),
+    (lambda: ops.scale_at(np.ones(5, np.float32), np.array([[0]], np.int32), 0), "rank 1|must be a vector"),
+    (lambda: ops.scale_at(np.ones(5, np.float32), np.array([0], np.int32), [0, 1]), "rank 0|must be a scalar"),
+    (lambda: ops.scale_at(np.ones(5, np.int32), np.array([0], np.int32), 0), "float16, bfloat16, float32, float64"),
     (lambda: ops.sparse_decode(np.ones(2, np.float32), np.array([0, 5], np.int32), 5), "outside \\[0, n = 5\\)"),
     (lambda: ops.sparse_decode(np.ones(2, np.float32), np.array([0, -2], np.int32), 5), "outside"),
     (lambda: ops.sparse_decode(np.ones(3, np.float32), np.array([0, 1], np.int32), 5), "one length|Dimensions must be equal"),

@@ -7,7 +7,9 @@ scatter-add (sparse decoding, DRAGONN section 4.3). RandomK draws its indices
 from a seed all workers share, so it sends values only, by allreduce.
 
 Error feedback: the residual keeps what was not sent, including what hash
-collisions dropped. With worker momentum (DGC's momentum correction; see
+collisions dropped; a sent element leaves 0 behind, a sent NaN or Inf too
+(ops.scale_at: O(capacity) on the accumulated vector's own buffer, where
+flat - decode(sent) cost three passes and kept NaN - NaN). With worker momentum (DGC's momentum correction; see
 base.WorkerMomentum) the velocity u <- momentum * u + g is what accumulates in
 the residual, and DGC's momentum factor masking drops momentum_masking of u
 where an element was sent. TopK and DGC send the largest accumulated elements
@@ -105,27 +107,33 @@ class Sparsifier(WorkerMomentum, Compressor):
         """The vector to select from (flat), after error feedback and momentum."""
         return tf.reshape(self.corrected(grad, state), [-1])
 
-    def _mask_velocity(self, state, sent_counts):
-        """DGC's momentum factor masking: drop momentum_masking of the velocity where
-        sent_counts() (flat, per element) is nonzero."""
+    def _clear_sent(self, flat, indices, shape, state):
+        """Error feedback's update in O(capacity) (ops.scale_at, on flat's buffer when
+        TensorFlow allows): the residual is flat with the sent elements (indices; -1
+        skipped, repeats once) cleared to 0, and DGC's momentum factor masking drops
+        momentum_masking of the velocity where an element was sent."""
+        state["residual"].assign(tf.reshape(ops.scale_at(flat, indices, 0), shape))
         if self.worker_momentum is None or not self.momentum_masking:
             return
         velocity = state["velocity"]
-        was_sent = tf.cast(tf.reshape(sent_counts(), velocity.shape) > 0, velocity.dtype)
-        velocity.assign(velocity * (1 - self.momentum_masking * was_sent))
+        keep = 1 - tf.constant(self.momentum_masking, velocity.dtype)
+        masked = ops.scale_at(tf.reshape(velocity.read_value(), [-1]), indices, keep)
+        velocity.assign(tf.reshape(masked, velocity.shape))
 
     def compress(self, grad, state, ctx):
         n = grad.shape.num_elements()
         flat = self._accumulate(grad, state)
         values, indices = self.select(flat, ctx)
-        sent = ops.sparse_decode(values, indices, n)
-        state["residual"].assign(tf.reshape(flat - sent, grad.shape))
-        self._mask_velocity(state, lambda: ops.sparse_decode(tf.ones_like(values), indices, n))
+        # After the values are read from flat, so that its buffer can become the residual.
+        with tf.control_dependencies([values]):
+            self._clear_sent(flat, indices, grad.shape, state)
 
         def finish(gathered):
             all_values, all_indices = gathered
-            summed = ops.sparse_decode(tf.reshape(all_values, [-1]), tf.reshape(all_indices, [-1]), n)
-            return self.hand_off(tf.reshape(ctx.from_sum(summed), grad.shape), state)
+            # The mean's 1/K is applied in the decode's pass (sparse_decode's divisor).
+            decoded = ops.sparse_decode(tf.reshape(all_values, [-1]), tf.reshape(all_indices, [-1]), n,
+                                        divisor=ctx.num_workers if ctx.average else 1)
+            return self.hand_off(tf.reshape(decoded, grad.shape), state)
         return Round([Payload(values, Collective.ALLGATHER), Payload(indices, Collective.ALLGATHER)], finish)
 
 
@@ -232,13 +240,12 @@ class RandomK(Sparsifier):
         positions = tf.random.stateless_uniform([self.capacity(grad.shape), 1], ctx.seed(salt=3), 0, n,
                                                 dtype=tf.int64)
         values = tf.gather_nd(flat, positions)
-        zeros = tf.zeros_like(values)
-        state["residual"].assign(tf.reshape(tf.tensor_scatter_nd_update(flat, positions, zeros), grad.shape))
-        self._mask_velocity(state, lambda: tf.tensor_scatter_nd_update(tf.zeros([n], grad.dtype), positions,
-                                                                       tf.ones_like(values)))
+        with tf.control_dependencies([values]):
+            self._clear_sent(flat, positions[:, 0], grad.shape, state)
 
         def finish(summed):
             # Repeated positions carry the same summed value, so writing twice is harmless.
-            dense = tf.tensor_scatter_nd_update(tf.zeros([n], grad.dtype), positions, summed[0])
-            return self.hand_off(tf.reshape(ctx.from_sum(dense), grad.shape), state)
+            # The mean is taken on the capacity's values, not on the n-vector.
+            dense = tf.tensor_scatter_nd_update(tf.zeros([n], grad.dtype), positions, ctx.from_sum(summed[0]))
+            return self.hand_off(tf.reshape(dense, grad.shape), state)
         return Round([Payload(values, Collective.ALLREDUCE)], finish)

@@ -10,7 +10,8 @@ Cast and divide in one pass (FP16, the dense mean): see cast_divide, and
 custom_ops/cast/cc/kernels/cast_core.h.
 
 Hashed selection and sparse decoding (DRAGONN): see hash_select and
-sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h.
+sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h; scale_at is
+error feedback's update of the residual and the velocity at the sent indices.
 
 Sign packing (signSGD, EF-signSGD):
   * element i of the flattened tensor is bit i % 32 of word i // 32, least
@@ -34,8 +35,8 @@ an int64 vector of 2) raises tf.errors.InvalidArgumentError from the kernel,
 ValueError from shape inference when the graph's static shapes show it, or
 TypeError here for a dtype an op does not take. Integer inputs are checked here
 rather than converted, since TensorFlow casts a NumPy array to an op's input
-dtype silently (int64 indices would wrap to int32). The GPU sparse_decode skips
-out-of-range indices instead of checking them (they stay in device memory).
+dtype silently (int64 indices would wrap to int32). The GPU sparse_decode and
+scale_at skip out-of-range indices instead of checking them (they stay in device memory).
 
 TensorFlow runs CPU kernels with subnormals flushed to zero (FTZ/DAZ): there the
 sparse ops and lowrank_residual compare and add a subnormal input as +-0; CUDA
@@ -47,16 +48,14 @@ from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_
 from tfcomp.ops.cast import cast_divide
 from tfcomp.ops.lowrank import lowrank_residual
 from tfcomp.ops.sign import sign_ef_pack, sign_majority, sign_pack, sign_scaled_sum, sign_unpack
-from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, select_largest, sparse_decode
+from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, scale_at, select_largest, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
-           "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack", "sign_scaled_sum", "sign_unpack",
-           "hash_select", "index_dtype", "sampled_threshold", "select_largest", "sparse_decode"]
+           "cast_divide", "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack", "sign_scaled_sum",
+           "sign_unpack", "hash_select", "index_dtype", "sampled_threshold", "scale_at", "select_largest",
+           "sparse_decode"]
 
-for _op in ("TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSignMajority",
+for _op in ("TfcompCastDivide", "TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSignMajority",
             "TfcompSignScaledSum", "TfcompHashSelect", "TfcompSampledThreshold", "TfcompSparseDecode",
-            "TfcompLowRankResidual", "TfcompSelectLargest"):
+            "TfcompLowRankResidual", "TfcompSelectLargest", "TfcompScaleAt"):
     tf.no_gradient(_op)
-
-__all__ += ["cast_divide"]
-tf.no_gradient("TfcompCastDivide")

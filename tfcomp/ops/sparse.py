@@ -50,12 +50,22 @@ def sampled_threshold(g, seed, num_samples, k):
                                               num_samples=num_samples, k=k)
 
 
-def sparse_decode(values, indices, n):
-    """zeros(n) plus values scatter-added at indices, in order; index -1 is skipped."""
+def sparse_decode(values, indices, n, divisor=1):
+    """zeros(n) plus values scatter-added at indices, in order; index -1 is skipped.
+
+    divisor K > 1 gives K workers' mean: each element's sum times 1 / K (in
+    float, double for float64), once, after the sum, in the same pass. Memory
+    floor: n elements written once plus the entries read, each a random
+    read-modify-write of an output element.
+    """
     values = tf.convert_to_tensor(values)
     check_dtype(values.dtype, "sparse_decode's values")
     indices = integer_tensor(indices, "sparse_decode's indices", (tf.int32, tf.int64))
-    return library().tfcomp_sparse_decode(values, indices, count_tensor(n, "sparse_decode's n"))
+    divisor = int_attr(divisor, "sparse_decode's divisor")
+    if divisor < 1:
+        raise ValueError(f"divisor must be >= 1, got {divisor}")
+    return library().tfcomp_sparse_decode(values, indices, count_tensor(n, "sparse_decode's n"),
+                                          divisor=divisor)
 
 
 def select_largest(x, threshold, capacity):
@@ -77,3 +87,15 @@ def select_largest(x, threshold, capacity):
     n = x.shape.num_elements()
     return library().tfcomp_select_largest(x, tf.cast(threshold, x.dtype), capacity=capacity,
                                            Tindex=tf.int64 if n is None else index_dtype(n))
+
+
+def scale_at(x, indices, factor):
+    """x with the elements at indices (into x flattened; -1 skipped) multiplied by
+    factor, each once however often it is listed; factor 0 clears them to 0 (NaN
+    and Inf too). Error feedback's update in O(len(indices)): x's buffer is
+    reused when TensorFlow allows (else copied first, one pass over x). factor
+    is cast to x's dtype."""
+    x = tf.convert_to_tensor(x)
+    check_dtype(x.dtype, "scale_at's input")
+    indices = integer_tensor(indices, "scale_at's indices", (tf.int32, tf.int64))
+    return library().tfcomp_scale_at(x, indices, tf.cast(factor, x.dtype))

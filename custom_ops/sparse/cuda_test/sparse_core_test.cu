@@ -202,7 +202,7 @@ void CheckCollisions() {
 // drawn from a pool small enough to repeat across lists, -1 for a quarter of
 // the slots, and a few out of range (skipped on the GPU, rejected by the op).
 template <typename T, typename Index>
-void CheckDecode(int64_t n, int64_t capacity, int k, bool specials) {
+void CheckDecode(int64_t n, int64_t capacity, int k, bool specials, int64_t divisor = 1) {
   const int64_t count = k * capacity;
   const int64_t pool = n < 2 * capacity + 1 ? n : 2 * capacity + 1;
   const std::vector<T> values = MakeValues<T>(count, specials);
@@ -225,16 +225,60 @@ void CheckDecode(int64_t n, int64_t capacity, int k, bool specials) {
     if (i < 0 || i >= n) continue;
     want[i] = static_cast<T>(static_cast<Acc<T>>(want[i]) + static_cast<Acc<T>>(values[j]));
   }
+  if (divisor != 1) {
+    for (T& w : want) w = sp::Weighted(w, sp::DecodeWeight<T>(divisor));
+  }
 
   DeviceArray<T> d_values(values), d_dense(n);
   DeviceArray<Index> d_indices(indices);
   Scratch allocate;
   CHECK_CUDA(cu::LaunchSparseDecode(d_values.ptr, d_indices.ptr, count, n, d_dense.ptr, allocate,
-                                    nullptr));
+                                    nullptr, divisor));
   const std::vector<T> dense = d_dense.Download(n);
   allocate.Free();
   for (int64_t i = 0; i < n; ++i) {
     Expect<T, Index>(SameValue(dense[i], want[i]), "decode", n, capacity, k, i);
+  }
+}
+
+// ScaleAt on a copy and in place (out == x): capacity indices into x[n] drawn
+// with repeats (RandomK draws with replacement), -1 for a quarter of them and a
+// few out of range (skipped); factors 0 (clears, NaN and Inf too), 1, 0.5 and
+// -3 (each element scaled once however often it is listed).
+template <typename T, typename Index>
+void CheckScaleAt(int64_t n, int64_t capacity, bool specials) {
+  const std::vector<T> x = MakeValues<T>(n, specials);
+  std::vector<Index> indices(capacity);
+  for (int64_t j = 0; j < capacity; ++j) {
+    const uint32_t r = NextRandom();
+    if (j % 97 == 50) {
+      indices[j] = static_cast<Index>(j % 2 ? n + j : -2 - j);
+    } else if (r % 4 == 0 || n == 0) {
+      indices[j] = static_cast<Index>(sp::kEmptyIndex);
+    } else {
+      indices[j] = static_cast<Index>((r >> 2) % (n < 2 * capacity + 1 ? n : 2 * capacity + 1));
+    }
+  }
+  for (double factor : {0.0, 1.0, 0.5, -3.0}) {
+    const T f = FromDouble<T>(factor);
+    std::vector<T> want = x;
+    for (int64_t j = 0; j < capacity; ++j) {
+      const int64_t i = indices[j];
+      if (i >= 0 && i < n) want[i] = factor == 1.0 ? x[i] : sp::ScaledAt(x[i], static_cast<Acc<T>>(f));
+    }
+    for (bool in_place : {false, true}) {
+      DeviceArray<T> d_x(x), d_out(n);
+      DeviceArray<Index> d_indices(indices);
+      Scratch allocate;
+      T* out = in_place ? d_x.ptr : d_out.ptr;
+      CHECK_CUDA(cu::LaunchScaleAt(d_x.ptr, d_indices.ptr, capacity, n, f, out, allocate, nullptr));
+      const std::vector<T> got = in_place ? d_x.Download(n) : d_out.Download(n);
+      allocate.Free();
+      for (int64_t i = 0; i < n; ++i) {
+        Expect<T, Index>(SameValue(got[i], want[i]), in_place ? "scale_at in place" : "scale_at", n,
+                         capacity, factor, i);
+      }
+    }
   }
 }
 
@@ -263,13 +307,17 @@ void CheckType() {
           }
         }
         for (int k = 1; k <= 5; ++k) CheckDecode<T, Index>(n, capacity, k, specials);
+        for (int k = 2; k <= 3; ++k) CheckDecode<T, Index>(n, capacity, k, specials, k);  // the mean
+        CheckScaleAt<T, Index>(n, capacity, specials);
       }
     }
   }
   CheckCollisions<T, Index>();
   CheckDecode<T, Index>(1000, 1 << 16, 5, true);  // long runs of duplicates
+  CheckDecode<T, Index>(1000, 1 << 16, 3, true, 3);
+  CheckScaleAt<T, Index>(1000, 1 << 16, true);  // every element listed many times
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::printf("%-6s int%d select/decode: %s\n", TypeName<T>(), static_cast<int>(8 * sizeof(Index)),
+  std::printf("%-6s int%d select/decode/scale_at: %s\n", TypeName<T>(), static_cast<int>(8 * sizeof(Index)),
               g_failures > failures_before ? "FAILED" : "ok");
 }
 

@@ -40,7 +40,21 @@
 //
 // Sparse decode: out = zeros(n); out[idx] += value for every entry whose index
 // is >= 0 (empty slots, index -1, are skipped). Entries are added in list
-// order, so duplicates across workers sum the same way everywhere.
+// order, so duplicates across workers sum the same way everywhere. A divisor
+// K (the K workers' mean) scales each element once, after its sum, by
+// DecodeWeight(K) (Weighted). Memory floor: the output written once (n
+// elements) plus the K * r * n (value, index) entries read, each a random
+// read-modify-write of an output element; the CPU kernel partitions the
+// entries by output chunk first (one more read and write of them) so that the
+// read-modify-writes hit a chunk held in cache.
+//
+// Scale at indices (error feedback): x with the elements at the valid indices
+// multiplied by a factor, each element once whatever its multiplicity in the
+// list (ScaledAt, applied to the element as it was before the op), factor 0
+// clearing them to +0 (NaN and Inf too: a sent element leaves nothing behind
+// in the residual). Memory floor: the list read and a random read and write
+// per entry, O(capacity), when x's buffer is forwarded to the output; a copy
+// of x (n reads and writes) when it is not.
 #ifndef TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CORE_H_
 #define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SPARSE_CORE_H_
 
@@ -184,6 +198,27 @@ TFCOMP_HOST_DEVICE inline Acc SampleMagnitude(Acc abs_value) {
 template <typename Acc>
 TFCOMP_HOST_DEVICE inline bool Selected(Acc abs_value, Acc threshold) {
   return !(abs_value < threshold);  // true for NaN
+}
+
+// The weight of a decode's sums for a divisor K >= 1: 1 / K in the accumulation type.
+template <typename T>
+TFCOMP_HOST_DEVICE inline typename Accumulator<T>::type DecodeWeight(int64_t divisor) {
+  using Acc = typename Accumulator<T>::type;
+  return static_cast<Acc>(1) / static_cast<Acc>(divisor);
+}
+
+// An output element of the decode: its sum (in T, entries added in list order) times weight.
+template <typename T>
+TFCOMP_HOST_DEVICE inline T Weighted(T sum, typename Accumulator<T>::type weight) {
+  return static_cast<T>(static_cast<typename Accumulator<T>::type>(sum) * weight);
+}
+
+// An element x sent and scaled by factor: x * factor, or +0 for factor 0 (even for NaN or Inf x).
+template <typename T>
+TFCOMP_HOST_DEVICE inline T ScaledAt(T x, typename Accumulator<T>::type factor) {
+  using Acc = typename Accumulator<T>::type;
+  return factor == static_cast<Acc>(0) ? static_cast<T>(0.0f)
+                                       : static_cast<T>(static_cast<Acc>(x) * factor);
 }
 
 }  // namespace sparse

@@ -115,11 +115,12 @@ __global__ void GatherKernel(const T* __restrict__ g, const uint64_t* __restrict
 // keys[count] are the indices sorted stably, positions[count] where each came
 // from in the list. Thread p sums the run of equal keys that starts at p: in
 // list order, from 0, rounding to T after every addition, as the CPU's
-// dense[i] += values[j] does. Runs outside [0, n) are skipped.
+// dense[i] += values[j] does, then times weight unless it is 1 (Weighted).
+// Runs outside [0, n) are skipped.
 template <typename T, typename Index>
 __global__ void SumRunsKernel(const T* __restrict__ values, const Index* __restrict__ keys,
                               const int64_t* __restrict__ positions, int64_t count, int64_t n,
-                              T zero, T* __restrict__ dense) {
+                              T zero, Acc<T> weight, T* __restrict__ dense) {
   for (int64_t p = GlobalThread(); p < count; p += GridStride()) {
     const Index key = keys[p];
     if (key < 0 || key >= n || (p > 0 && keys[p - 1] == key)) continue;
@@ -127,7 +128,7 @@ __global__ void SumRunsKernel(const T* __restrict__ values, const Index* __restr
     for (int64_t q = p; q < count && keys[q] == key; ++q) {
       sum = static_cast<T>(static_cast<Acc<T>>(sum) + static_cast<Acc<T>>(values[positions[q]]));
     }
-    dense[key] = sum;
+    dense[key] = weight == static_cast<Acc<T>>(1) ? sum : Weighted(sum, weight);
   }
 }
 
@@ -161,12 +162,15 @@ cudaError_t LaunchHashSelect(const T* g, int64_t n, const T* threshold, HashPara
 inline size_t AlignScratch(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // dense[n] = 0, then dense[indices[j]] += values[j] in list order for every j
-// with 0 <= indices[j] < n; other entries are skipped. allocate(bytes) returns
-// device scratch that stays valid for the work queued on stream, or null on
-// failure. Returns the first CUDA error.
+// with 0 <= indices[j] < n; other entries are skipped; then every sum times
+// DecodeWeight(divisor) (divisor >= 1; untouched elements stay +0, which is 0
+// times the weight). allocate(bytes) returns device scratch that stays valid
+// for the work queued on stream, or null on failure. Returns the first CUDA
+// error.
 template <typename T, typename Index, typename Allocate>
 cudaError_t LaunchSparseDecode(const T* values, const Index* indices, int64_t count, int64_t n,
-                               T* dense, Allocate&& allocate, cudaStream_t stream) {
+                               T* dense, Allocate&& allocate, cudaStream_t stream,
+                               int64_t divisor = 1) {
   if (n == 0) return cudaGetLastError();
   const T zero = static_cast<T>(0.0f);
   FillKernel<T><<<GridFor(n), kThreads, 0, stream>>>(dense, n, zero);
@@ -203,7 +207,58 @@ cudaError_t LaunchSparseDecode(const T* values, const Index* indices, int64_t co
                                         sorted_positions, count, 0, end_bit, stream);
   if (err != cudaSuccess) return err;
   SumRunsKernel<T, Index><<<grid, kThreads, 0, stream>>>(values, keys, sorted_positions, count, n,
-                                                         zero, dense);
+                                                         zero, DecodeWeight<T>(divisor), dense);
+  return cudaGetLastError();
+}
+
+// sent[j] = x[indices[j]] for 0 <= indices[j] < n (else zero): every element
+// is read before ScaleAtKernel writes any.
+template <typename T, typename Index>
+__global__ void GatherAtKernel(const T* __restrict__ x, const Index* __restrict__ indices,
+                               int64_t count, int64_t n, T zero, T* __restrict__ sent) {
+  for (int64_t j = GlobalThread(); j < count; j += GridStride()) {
+    const Index i = indices[j];
+    sent[j] = i >= 0 && i < n ? x[i] : zero;
+  }
+}
+
+// out[indices[j]] = ScaledAt(sent[j], factor) for 0 <= indices[j] < n; sent
+// is null for factor 0 (the element is cleared). An index listed twice writes
+// the same value twice.
+template <typename T, typename Index>
+__global__ void ScaleAtKernel(const T* __restrict__ sent, const Index* __restrict__ indices,
+                              int64_t count, int64_t n, T zero, Acc<T> factor, T* __restrict__ out) {
+  for (int64_t j = GlobalThread(); j < count; j += GridStride()) {
+    const Index i = indices[j];
+    if (i >= 0 && i < n) out[i] = ScaledAt(sent == nullptr ? zero : sent[j], factor);
+  }
+}
+
+// out[n] = x[n] (a device copy unless out is x), then out[i] = ScaledAt(x[i],
+// factor) for every distinct i among indices[0, count) with 0 <= i < n; other
+// indices are skipped. allocate and the returned error as for
+// LaunchSparseDecode (scratch: count elements, for a factor other than 0 and 1).
+template <typename T, typename Index, typename Allocate>
+cudaError_t LaunchScaleAt(const T* x, const Index* indices, int64_t count, int64_t n, T factor,
+                          T* out, Allocate&& allocate, cudaStream_t stream) {
+  if (n == 0) return cudaGetLastError();
+  if (out != x) {
+    const cudaError_t err =
+        cudaMemcpyAsync(out, x, n * sizeof(T), cudaMemcpyDeviceToDevice, stream);
+    if (err != cudaSuccess) return err;
+  }
+  const Acc<T> f = static_cast<Acc<T>>(factor);
+  if (f == static_cast<Acc<T>>(1) || count == 0) return cudaGetLastError();
+  const T zero = static_cast<T>(0.0f);
+  T* sent = nullptr;
+  if (f != static_cast<Acc<T>>(0)) {
+    sent = static_cast<T*>(allocate(count * sizeof(T)));
+    if (sent == nullptr) return cudaErrorMemoryAllocation;
+    GatherAtKernel<T, Index><<<GridFor(count), kThreads, 0, stream>>>(out, indices, count, n, zero,
+                                                                      sent);
+  }
+  ScaleAtKernel<T, Index><<<GridFor(count), kThreads, 0, stream>>>(sent, indices, count, n, zero,
+                                                                   f, out);
   return cudaGetLastError();
 }
 

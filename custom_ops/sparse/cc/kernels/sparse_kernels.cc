@@ -80,6 +80,33 @@ inline void PrefetchRange(const void* p, int64_t bytes) {
   for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(c + offset, 0);
 }
 
+// The first j with indices[j] outside [-1, n), or -1 if there is none. Blocks
+// are checked on the op's threads (a vectorized test), the first bad block
+// once more in order.
+template <typename Index>
+int64_t FirstIndexOutside(OpKernelContext* ctx, const Index* indices, int64_t count, int64_t n) {
+  constexpr int64_t kBlock = 1 << 14;
+  const int64_t blocks = (count + kBlock - 1) / kBlock;
+  const auto outside = [n](Index i) {
+    return static_cast<int64_t>(i) < sparse::kEmptyIndex || static_cast<int64_t>(i) >= n;
+  };
+  std::vector<char> bad(blocks, 0);
+  ShardCpu(ctx, blocks, kBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      unsigned any = 0;
+      for (int64_t j = b * kBlock; j < std::min(count, (b + 1) * kBlock); ++j) any |= outside(indices[j]);
+      bad[b] = any != 0;
+    }
+  });
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (!bad[b]) continue;
+    for (int64_t j = b * kBlock; j < count; ++j) {
+      if (outside(indices[j])) return j;
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 namespace functor {
@@ -107,22 +134,170 @@ struct HashSelect<CPUDevice, T, Index> {
   }
 };
 
+// The decode and ScaleAt work on output chunks of kChunk elements, small
+// enough to stay in cache while their entries are applied: the list's entries
+// are first partitioned by chunk, stably (ChunkPartition), so that each chunk
+// is then read and written once, in cache, by one thread, its entries in list
+// order. Every element is the same computation in the same order however the
+// work is cut, so results do not depend on the thread count.
+constexpr int kChunkShift = 16;
+constexpr int64_t kChunk = int64_t{1} << kChunkShift;
+
+// A stable partition of a list's entries with index >= 0 by chunk (index >>
+// kChunkShift): a counting sort over the list cut into at most kSegments
+// segments (counts per segment and chunk, then offsets in chunk-major,
+// segment-minor order, then each segment places its entries), so a chunk's
+// entries keep their list order.
+template <typename Index>
+class ChunkPartition {
+ public:
+  static constexpr int64_t kSegment = int64_t{1} << 16;  // entries, at least, per segment
+  static constexpr int64_t kSegments = 64;
+
+  ChunkPartition(OpKernelContext* ctx, const Index* indices, int64_t count, int64_t n)
+      : ctx_(ctx),
+        indices_(indices),
+        count_(count),
+        chunks_((n + kChunk - 1) >> kChunkShift),
+        segments_(std::max<int64_t>(1, std::min(kSegments, (count + kSegment - 1) / kSegment))),
+        segment_length_((count + segments_ - 1) / segments_),
+        next_(segments_ * chunks_, 0),
+        start_(chunks_ + 1) {
+    ShardCpu(ctx, segments_, segment_length_ * 4, [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s) {
+        int64_t* counts = next_.data() + s * chunks_;
+        for (int64_t j = s * segment_length_; j < SegmentEnd(s); ++j) {
+          if (indices[j] >= 0) ++counts[static_cast<int64_t>(indices[j]) >> kChunkShift];
+        }
+      }
+    });
+    int64_t total = 0;
+    for (int64_t c = 0; c < chunks_; ++c) {
+      start_[c] = total;
+      for (int64_t s = 0; s < segments_; ++s) {
+        const int64_t entries = next_[s * chunks_ + c];
+        next_[s * chunks_ + c] = total;
+        total += entries;
+      }
+    }
+    start_[chunks_] = total;
+  }
+
+  int64_t total() const { return start_[chunks_]; }
+  int64_t chunks() const { return chunks_; }
+  int64_t begin(int64_t chunk) const { return start_[chunk]; }
+  int64_t end(int64_t chunk) const { return start_[chunk + 1]; }
+
+  // place(p, j, offset): entry j goes to position p of the partition; offset is
+  // its index within its chunk. Once.
+  template <typename Place>
+  void Fill(Place&& place) {
+    ShardCpu(ctx_, segments_, segment_length_ * 8, [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s) {
+        int64_t* next = next_.data() + s * chunks_;
+        for (int64_t j = s * segment_length_; j < SegmentEnd(s); ++j) {
+          const int64_t i = static_cast<int64_t>(indices_[j]);
+          if (i >= 0) place(next[i >> kChunkShift]++, j, static_cast<uint32_t>(i & (kChunk - 1)));
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t SegmentEnd(int64_t s) const { return std::min(count_, (s + 1) * segment_length_); }
+
+  OpKernelContext* ctx_;
+  const Index* indices_;
+  const int64_t count_;
+  const int64_t chunks_;
+  const int64_t segments_;
+  const int64_t segment_length_;
+  std::vector<int64_t> next_;   // [segment][chunk]: where the segment's next entry goes
+  std::vector<int64_t> start_;  // [chunk + 1]: where the chunk's entries start
+};
+
+// Scratch of `elements` values of type V, uninitialized, from the op's allocator.
+template <typename V>
+V* TempArray(OpKernelContext* ctx, int64_t elements, Tensor* holder) {
+  const auto s = ctx->allocate_temp(::tensorflow::DT_INT8,
+                                    TensorShape({std::max<int64_t>(1, elements) * int64_t{sizeof(V)}}),
+                                    holder);
+  if (!s.ok()) {
+    ctx->SetStatus(s);
+    return nullptr;
+  }
+  return reinterpret_cast<V*>(holder->flat<int8_t>().data());
+}
+
 template <typename T, typename Index>
 struct SparseDecode<CPUDevice, T, Index> {
   void operator()(OpKernelContext* ctx, const T* values, const Index* indices, int64_t count,
-                  int64_t n, T* dense) {
-    ShardCpu(ctx, n, 1, [&](int64_t begin, int64_t end) {
-      std::fill(dense + begin, dense + end, T(0));
-    });
-    // One thread, in order: duplicates sum in the same order on every worker.
-    // The targets are scattered over n, so fetch a few entries ahead.
-    constexpr int64_t kAhead = 64;
-    for (int64_t j = 0; j < count; ++j) {
-      if (j + kAhead < count && indices[j + kAhead] >= 0) {
-        __builtin_prefetch(dense + indices[j + kAhead], 1);
+                  int64_t n, int64_t divisor, T* dense) {
+    ChunkPartition<Index> partition(ctx, indices, count, n);
+    struct Entry {
+      uint32_t offset;  // within the chunk
+      T value;
+    };
+    Tensor holder;
+    Entry* entries = TempArray<Entry>(ctx, partition.total(), &holder);
+    if (entries == nullptr) return;
+    partition.Fill([&](int64_t p, int64_t j, uint32_t offset) { entries[p] = Entry{offset, values[j]}; });
+    const auto weight = sparse::DecodeWeight<T>(divisor);
+    const int64_t cost = 2 * kChunk + 8 * partition.total() / partition.chunks();
+    ShardCpu(ctx, partition.chunks(), cost, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        T* out = dense + (c << kChunkShift);
+        const int64_t length = std::min(kChunk, n - (c << kChunkShift));
+        std::fill(out, out + length, T(0));
+        for (int64_t p = partition.begin(c); p < partition.end(c); ++p) {
+          out[entries[p].offset] += entries[p].value;
+        }
+        if (divisor != 1) {
+          for (int64_t i = 0; i < length; ++i) out[i] = sparse::Weighted(out[i], weight);
+        }
       }
-      if (indices[j] >= 0) dense[indices[j]] += values[j];
+    });
+  }
+};
+
+template <typename T, typename Index>
+struct ScaleAt<CPUDevice, T, Index> {
+  void operator()(OpKernelContext* ctx, const T* x, const Index* indices, int64_t count,
+                  int64_t n, T factor, T* out) {
+    using Acc = typename Accumulator<T>::type;
+    const Acc f = static_cast<Acc>(factor);
+    if (f == Acc(1) || count == 0) {
+      if (out != x) {
+        ShardCpu(ctx, n, 1, [&](int64_t begin, int64_t end) { std::copy(x + begin, x + end, out + begin); });
+      }
+      return;
     }
+    ChunkPartition<Index> partition(ctx, indices, count, n);
+    Tensor holder;
+    uint32_t* offsets = TempArray<uint32_t>(ctx, partition.total(), &holder);
+    if (offsets == nullptr) return;
+    partition.Fill([&](int64_t p, int64_t, uint32_t offset) { offsets[p] = offset; });
+    const int64_t cost = (out != x ? 2 * kChunk : 0) + 16 * partition.total() / partition.chunks();
+    ShardCpu(ctx, partition.chunks(), cost, [&](int64_t begin, int64_t end) {
+      std::vector<T> sent;
+      for (int64_t c = begin; c < end; ++c) {
+        T* chunk = out + (c << kChunkShift);
+        if (out != x) {
+          const T* from = x + (c << kChunkShift);
+          std::copy(from, from + std::min(kChunk, n - (c << kChunkShift)), chunk);
+        }
+        const uint32_t* first = offsets + partition.begin(c);
+        const int64_t entries = partition.end(c) - partition.begin(c);
+        if (f == Acc(0)) {
+          for (int64_t k = 0; k < entries; ++k) chunk[first[k]] = T(0);
+          continue;
+        }
+        // Every element is read before any is written: an index listed twice is scaled once.
+        sent.resize(entries);
+        for (int64_t k = 0; k < entries; ++k) sent[k] = chunk[first[k]];
+        for (int64_t k = 0; k < entries; ++k) chunk[first[k]] = sparse::ScaledAt(sent[k], f);
+      }
+    });
   }
 };
 
@@ -248,10 +423,26 @@ class HashSelectOp : public OpKernel {
   int64_t bucket_size_;
 };
 
+// Fails ctx unless every index lies in [-1, n) (CPU only: the GPU kernels skip
+// the others).
+template <typename Device, typename Index>
+bool IndicesInRange(OpKernelContext* ctx, const Tensor& indices, int64_t n) {
+  if (!std::is_same_v<Device, CPUDevice>) return true;
+  const Index* idx = indices.flat<Index>().data();
+  const int64_t j = FirstIndexOutside(ctx, idx, indices.NumElements(), n);
+  if (j < 0) return true;
+  ctx->CtxFailure(__FILE__, __LINE__,
+                  InvalidArgument("indices[", j, "] = ", static_cast<int64_t>(idx[j]),
+                                  " is outside [0, n = ", n, ") and not -1 (an empty slot)"));
+  return false;
+}
+
 template <typename Device, typename T, typename Index>
 class SparseDecodeOp : public OpKernel {
  public:
-  explicit SparseDecodeOp(OpKernelConstruction* c) : OpKernel(c) {}
+  explicit SparseDecodeOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("divisor", &divisor_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& values = ctx->input(0);
@@ -267,21 +458,40 @@ class SparseDecodeOp : public OpKernel {
                 InvalidArgument("n must be a scalar int64, got shape ", n_tensor.shape().DebugString()));
     const int64_t n = n_tensor.scalar<int64_t>()();
     OP_REQUIRES(ctx, n >= 0, InvalidArgument("n must be >= 0, got ", n));
-    const int64_t count = indices.NumElements();
-    if (std::is_same_v<Device, CPUDevice>) {
-      const auto idx = indices.flat<Index>();
-      for (int64_t j = 0; j < count; ++j) {
-        OP_REQUIRES(ctx, idx(j) >= sparse::kEmptyIndex && idx(j) < n,
-                    InvalidArgument("indices[", j, "] = ", static_cast<int64_t>(idx(j)),
-                                    " is outside [0, n = ", n, ") and not -1 (an empty slot)"));
-      }
-    }
+    if (!IndicesInRange<Device, Index>(ctx, indices, n)) return;
     Tensor* dense = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &dense));
     if (n == 0) return;
     functor::SparseDecode<Device, T, Index>()(ctx, values.flat<T>().data(),
-                                              indices.flat<Index>().data(), count, n,
-                                              dense->flat<T>().data());
+                                              indices.flat<Index>().data(), indices.NumElements(),
+                                              n, divisor_, dense->flat<T>().data());
+  }
+
+ private:
+  int64_t divisor_;
+};
+
+template <typename Device, typename T, typename Index>
+class ScaleAtOp : public OpKernel {
+ public:
+  explicit ScaleAtOp(OpKernelConstruction* c) : OpKernel(c) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& indices = ctx->input(1);
+    const Tensor& factor = ctx->input(2);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsVector(indices.shape()),
+                InvalidArgument("indices must be a vector, got shape ", indices.shape().DebugString()));
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(factor.shape()),
+                InvalidArgument("factor must be a scalar, got shape ", factor.shape().DebugString()));
+    const int64_t n = x.NumElements();
+    if (!IndicesInRange<Device, Index>(ctx, indices, n)) return;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &out));
+    if (n == 0) return;
+    functor::ScaleAt<Device, T, Index>()(ctx, x.flat<T>().data(), indices.flat<Index>().data(),
+                                         indices.NumElements(), n, factor.scalar<T>()(),
+                                         out->flat<T>().data());
   }
 };
 
@@ -297,7 +507,13 @@ class SparseDecodeOp : public OpKernel {
                               .HostMemory("n")                                              \
                               .TypeConstraint<T>("T")                                       \
                               .TypeConstraint<INDEX>("Tindex"),                             \
-                          SparseDecodeOp<DEVICE_TYPE, T, INDEX>);
+                          SparseDecodeOp<DEVICE_TYPE, T, INDEX>);                           \
+  REGISTER_KERNEL_BUILDER(Name("TfcompScaleAt")                                             \
+                              .Device(DEVICE)                                               \
+                              .HostMemory("factor")                                         \
+                              .TypeConstraint<T>("T")                                       \
+                              .TypeConstraint<INDEX>("Tindex"),                             \
+                          ScaleAtOp<DEVICE_TYPE, T, INDEX>);
 
 #define TFCOMP_REGISTER_THRESHOLD_KERNEL(DEVICE, DEVICE_TYPE, T)                               \
   REGISTER_KERNEL_BUILDER(                                                                     \

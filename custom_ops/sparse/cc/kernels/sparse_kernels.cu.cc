@@ -63,12 +63,23 @@ struct SampledThreshold<GPUDevice, T> {
 template <typename T, typename Index>
 struct SparseDecode<GPUDevice, T, Index> {
   void operator()(tensorflow::OpKernelContext* ctx, const T* values, const Index* indices,
-                  int64_t count, int64_t n, T* dense) {
+                  int64_t count, int64_t n, int64_t divisor, T* dense) {
     tensorflow::Tensor scratch;
     const TempAllocator allocate{ctx, &scratch};
     const cudaError_t err = sparse::cuda::LaunchSparseDecode(values, indices, count, n, dense,
-                                                             allocate, StreamOf(ctx));
+                                                             allocate, StreamOf(ctx), divisor);
     if (ctx->status().ok()) CheckLaunch(ctx, err, "SparseDecode");
+  }
+};
+
+template <typename T, typename Index>
+struct ScaleAt<GPUDevice, T, Index> {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* x, const Index* indices,
+                  int64_t count, int64_t n, T factor, T* out) {
+    tensorflow::Tensor scratch;
+    const cudaError_t err = sparse::cuda::LaunchScaleAt(
+        x, indices, count, n, factor, out, TempAllocator{ctx, &scratch}, StreamOf(ctx));
+    if (ctx->status().ok()) CheckLaunch(ctx, err, "ScaleAt");
   }
 };
 
@@ -77,7 +88,9 @@ struct SparseDecode<GPUDevice, T, Index> {
   template struct HashSelect<GPUDevice, T, int32_t>;   \
   template struct HashSelect<GPUDevice, T, int64_t>;   \
   template struct SparseDecode<GPUDevice, T, int32_t>; \
-  template struct SparseDecode<GPUDevice, T, int64_t>;
+  template struct SparseDecode<GPUDevice, T, int64_t>; \
+  template struct ScaleAt<GPUDevice, T, int32_t>;      \
+  template struct ScaleAt<GPUDevice, T, int64_t>;
 TFCOMP_INSTANTIATE_SPARSE_GPU(Eigen::half)
 TFCOMP_INSTANTIATE_SPARSE_GPU(Eigen::bfloat16)
 TFCOMP_INSTANTIATE_SPARSE_GPU(float)

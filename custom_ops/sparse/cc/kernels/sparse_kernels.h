@@ -32,11 +32,21 @@ struct SampledThreshold {
 };
 
 // dense[n] = 0, then dense[indices[j]] += values[j] for j in [0, count) with
-// indices[j] >= 0, in order. Indices were checked to lie in [-1, n).
+// indices[j] >= 0, in order, then each element times DecodeWeight(divisor)
+// (skipped for divisor 1). Indices were checked to lie in [-1, n) on CPUs.
 template <typename Device, typename T, typename Index>
 struct SparseDecode {
   void operator()(tensorflow::OpKernelContext* ctx, const T* values, const Index* indices,
-                  int64_t count, int64_t n, T* dense);
+                  int64_t count, int64_t n, int64_t divisor, T* dense);
+};
+
+// out[n] = x[n] (out may be x itself: the buffer forwarded), then out[i] =
+// ScaledAt(x[i], factor) for every distinct i among indices[0, count) with
+// 0 <= i < n (checked to lie in [-1, n) on CPUs).
+template <typename Device, typename T, typename Index>
+struct ScaleAt {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* x, const Index* indices,
+                  int64_t count, int64_t n, T factor, T* out);
 };
 
 }  // namespace functor

@@ -81,6 +81,7 @@ REGISTER_OP("TfcompSparseDecode")
     .Output("dense: T")
     .Attr("T: {half, bfloat16, float, double}")
     .Attr("Tindex: {int32, int64} = DT_INT32")
+    .Attr("divisor: int >= 1 = 1")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle values, indices, unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &values));
@@ -99,7 +100,36 @@ REGISTER_OP("TfcompSparseDecode")
     .Doc(R"doc(
 Batched sparse decode: a dense vector of n zeros to which values[j] is added at
 indices[j], in order, for every j with indices[j] >= 0 (-1 marks an empty slot).
-Duplicate indices add up.
+Duplicate indices add up. With divisor K > 1 (K workers' mean) each element's
+sum is then multiplied, once, by 1 / K in the accumulation type (float for
+half, bfloat16 and float; double for double). Memory floor: the n outputs
+written once and the (value, index) entries read, each a random
+read-modify-write of an output element (the CPU kernel sorts the entries by
+output chunk first: one more read and write of them).
+)doc");
+
+REGISTER_OP("TfcompScaleAt")
+    .Input("x: T")
+    .Input("indices: Tindex")
+    .Input("factor: T")
+    .Output("out: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .Attr("Tindex: {int32, int64} = DT_INT32")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 0, &unused));
+      c->set_output(0, c->input(0));
+      return Status();
+    })
+    .Doc(R"doc(
+x with its elements at indices (into x flattened; -1 is skipped) multiplied by
+factor, each element once however often its index is listed; factor 0 clears
+them to 0, NaN and Inf included. Error feedback's update: factor 0 leaves the
+residual of what was not sent, 1 - m masks the velocity. x's buffer is reused
+when TensorFlow allows. Memory floor: the indices read and a random read and
+write per index; a copy of x (n reads and writes) first when its buffer is
+not reused.
 )doc");
 
 }  // namespace tfcomp

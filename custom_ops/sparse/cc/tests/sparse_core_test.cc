@@ -574,6 +574,36 @@ void SelectLoopsEveryIsa() {
   }
 }
 
+// DecodeWeight is 1/K in the accumulation type; Weighted multiplies once and
+// rounds to T (exact for a power of two, the nearest for float and double).
+void DecodeWeights() {
+  using tfcomp::sparse::DecodeWeight;
+  using tfcomp::sparse::Weighted;
+  CHECK(DecodeWeight<float>(1) == 1.0f && DecodeWeight<float>(2) == 0.5f);
+  CHECK(DecodeWeight<float>(3) == 1.0f / 3.0f);
+  CHECK(DecodeWeight<double>(3) == 1.0 / 3.0);
+  CHECK(Weighted(6.0f, DecodeWeight<float>(2)) == 3.0f);
+  CHECK(Weighted(3.0, DecodeWeight<double>(3)) == 3.0 * (1.0 / 3.0));
+  CHECK(Weighted(-0.0f, DecodeWeight<float>(4)) == 0.0f && std::signbit(Weighted(-0.0f, 0.25f)));
+  CHECK(std::isnan(Weighted(std::numeric_limits<float>::quiet_NaN(), 0.5f)));
+  CHECK(Weighted(std::numeric_limits<float>::infinity(), 0.5f) == std::numeric_limits<float>::infinity());
+}
+
+// ScaledAt: x * factor, but factor 0 clears to +0 whatever x is (NaN and Inf too).
+void ScaledAtRule() {
+  using tfcomp::sparse::ScaledAt;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float x : {1.5f, -2.0f, -0.0f, inf, -inf, nan}) {
+    const float cleared = ScaledAt(x, 0.0f);
+    CHECK(cleared == 0.0f && !std::signbit(cleared)) << "x=" << x;
+    CHECK(ScaledAt(x, -0.0f) == 0.0f && !std::signbit(ScaledAt(x, -0.0f))) << "x=" << x;
+  }
+  CHECK(ScaledAt(3.0f, 0.5f) == 1.5f && ScaledAt(-3.0, 0.5) == -1.5);
+  CHECK(ScaledAt(inf, 0.5f) == inf && std::isnan(ScaledAt(nan, 0.5f)));
+  CHECK(ScaledAt(0.1f, 0.7f) == 0.1f * 0.7f);
+}
+
 }  // namespace
 
 int main() {
@@ -586,6 +616,8 @@ int main() {
   Case("SelectedDouble", SelectedDouble);
   Case("SlotClaimsFloat", SlotClaimsFloat);
   Case("SlotClaimsDouble", SlotClaimsDouble);
+  Case("DecodeWeights", DecodeWeights);
+  Case("ScaledAtRule", ScaledAtRule);
   SelectLoopsEveryIsa();
   return Summary();
 }

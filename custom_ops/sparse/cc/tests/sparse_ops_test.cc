@@ -3,7 +3,8 @@
 // i claims slot h(i), which keeps the largest magnitude, float32(|g|) with NaN
 // above +Inf, ties to the larger index) bit for bit, plus its invariants and
 // certain collisions with their winners spelled out; TfcompSparseDecode
-// against an in-order reference bit for bit; TfcompSampledThreshold against a
+// (with and without a divisor) against an in-order reference bit for bit;
+// TfcompScaleAt (factor 0, 1, 0.5, -3, repeated indices, NaN and Inf); TfcompSampledThreshold against a
 // reference that samples at SamplePosition and sorts (bit for bit, but +0 and
 // -0 match); and the argument errors.
 //
@@ -127,6 +128,11 @@ class SparseGraph : public OpGraph {
   std::map<std::pair<int64_t, TF_DataType>, Select> bucket_select;  // bucket_size kBucketSize
   TF_Output decode_values, decode_n;
   std::map<TF_DataType, TF_Output> decode_indices, decode_out;
+  // TfcompSparseDecode with divisor kDivisor (the mean of kDivisor workers), and
+  // TfcompScaleAt(scale_x, decode_indices, scale_factor), per index type.
+  static constexpr int64_t kDivisor = 3;
+  TF_Output scale_x, scale_factor;
+  std::map<TF_DataType, TF_Output> decode_mean_out, scale_out;
 
   // TfcompSampledThreshold(g, seed) with these attrs, added on first use (the
   // session picks up nodes added to its graph before the next run).
@@ -152,6 +158,8 @@ class SparseGraph : public OpGraph {
     seed = Placeholder(graph(), "seed", TF_INT64);
     decode_values = Placeholder(graph(), "decode_values", type);
     decode_n = Placeholder(graph(), "decode_n", TF_INT64);
+    scale_x = Placeholder(graph(), "scale_x", type);
+    scale_factor = Placeholder(graph(), "scale_factor", type);
     for (TF_DataType index_type : {TF_INT32, TF_INT64}) {
       const std::string suffix = index_type == TF_INT32 ? "_int32" : "_int64";
       // bucket_size 0: the attr left to its default (1).
@@ -181,6 +189,23 @@ class SparseGraph : public OpGraph {
       TF_SetAttrType(d, "T", type);
       TF_SetAttrType(d, "Tindex", index_type);
       decode_out[index_type] = {FinishOrExit(d, name.c_str()), 0};
+      const std::string mean_name = "decode_mean" + suffix;
+      d = TF_NewOperation(graph(), "TfcompSparseDecode", mean_name.c_str());
+      for (const TF_Output& in : {decode_values, decode_indices[index_type], decode_n}) {
+        TF_AddInput(d, in);
+      }
+      TF_SetAttrType(d, "T", type);
+      TF_SetAttrType(d, "Tindex", index_type);
+      TF_SetAttrInt(d, "divisor", kDivisor);
+      decode_mean_out[index_type] = {FinishOrExit(d, mean_name.c_str()), 0};
+      const std::string scale_name = "scale_at" + suffix;
+      d = TF_NewOperation(graph(), "TfcompScaleAt", scale_name.c_str());
+      for (const TF_Output& in : {scale_x, decode_indices[index_type], scale_factor}) {
+        TF_AddInput(d, in);
+      }
+      TF_SetAttrType(d, "T", type);
+      TF_SetAttrType(d, "Tindex", index_type);
+      scale_out[index_type] = {FinishOrExit(d, scale_name.c_str()), 0};
     }
   }
 
@@ -608,13 +633,23 @@ void CheckDecode(SparseGraph& graph, int64_t n, int k, int64_t length, std::mt19
   feeds.emplace_back(graph.decode_indices.at(Ix::kType),
                      MakeTensor(Ix::kType, {count}, typed_indices));
   feeds.emplace_back(graph.decode_n, Scalar64(n));
-  const Status s = graph.Run(std::move(feeds), {graph.decode_out.at(Ix::kType)}, &out);
+  const Status s = graph.Run(std::move(feeds),
+                             {graph.decode_out.at(Ix::kType), graph.decode_mean_out.at(Ix::kType)},
+                             &out);
   CHECK(s.ok()) << "K=" << k << ": " << s.message;
   if (!s.ok()) return;
 
-  CHECK(Shape(out[0]) == std::vector<int64_t>{n}) << "K=" << k << ": dense shape";
-  const std::vector<S> dense = Values<S>(out[0]);
-  const std::vector<S> ref = RefDecode<Tr>(values, indices, n);
+  const std::vector<S> sums = RefDecode<Tr>(values, indices, n);
+  for (int mean = 0; mean < 2; ++mean) {
+  CHECK(Shape(out[mean]) == std::vector<int64_t>{n}) << "K=" << k << ": dense shape";
+  const std::vector<S> dense = Values<S>(out[mean]);
+  // The mean: each sum times 1 / kDivisor in the accumulation type, rounded once.
+  std::vector<S> ref = sums;
+  if (mean) {
+    using Acc = std::conditional_t<Tr::kType == TF_DOUBLE, double, float>;
+    const Acc weight = Acc(1) / Acc(SparseGraph::kDivisor);
+    for (S& v : ref) v = Tr::FromDouble(static_cast<Acc>(Tr::ToDouble(v)) * weight);
+  }
   for (int64_t i = 0; i < n && i < static_cast<int64_t>(dense.size()); ++i) {
     const double want = Tr::ToDouble(ref[i]);
     if (std::isnan(want)) {
@@ -624,7 +659,57 @@ void CheckDecode(SparseGraph& graph, int64_t n, int k, int64_t length, std::mt19
       CHECK(Bits(dense[i]) == Bits(ref[i]))
           << "K=" << k << ": element " << i << " is " << Tr::ToDouble(dense[i])
           << " (bits 0x" << std::hex << Bits(dense[i]) << "), the reference " << std::dec << want
-          << " (bits 0x" << std::hex << Bits(ref[i]) << ")";
+          << " (bits 0x" << std::hex << Bits(ref[i]) << ")" << (mean ? " (mean)" : "");
+    }
+  }
+  }
+}
+
+// ScaleAt: x (with NaN and +-Inf when n allows) at `length` indices drawn from
+// a small pool (repeats), a fifth -1, for factors 0 (clears), 1, 0.5 and -3:
+// each listed element scaled once, the others untouched, bit for bit.
+template <typename Tr, typename Ix>
+void CheckScaleAt(SparseGraph& graph, int64_t n, int64_t length, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  using I = typename Ix::I;
+  using Acc = std::conditional_t<Tr::kType == TF_DOUBLE, double, float>;
+  std::vector<S> x(n);
+  for (S& v : x) v = RandomValue<Tr>(rng);
+  const double inf = std::numeric_limits<double>::infinity();
+  if (n > 3) {
+    x[1] = Tr::FromDouble(NAN);
+    x[2] = Tr::FromDouble(inf);
+    x[3] = Tr::FromDouble(-inf);
+  }
+  std::vector<int64_t> indices;
+  for (int64_t e = 0; e < length; ++e) {
+    indices.push_back(n == 0 || rng() % 5 == 0 ? -1 : static_cast<int64_t>(rng() % std::min<int64_t>(n, 50)));
+  }
+  const std::vector<I> typed_indices(indices.begin(), indices.end());
+  for (double factor : {0.0, 1.0, 0.5, -3.0}) {
+    std::vector<Tensor> out;
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.scale_x, MakeTensor(Tr::kType, {n}, x));
+    feeds.emplace_back(graph.decode_indices.at(Ix::kType),
+                       MakeTensor(Ix::kType, {length}, typed_indices));
+    feeds.emplace_back(graph.scale_factor,
+                       MakeTensor(Tr::kType, {}, std::vector<S>{Tr::FromDouble(factor)}));
+    const Status s = graph.Run(std::move(feeds), {graph.scale_out.at(Ix::kType)}, &out);
+    CHECK(s.ok()) << "factor " << factor << ": " << s.message;
+    if (!s.ok()) continue;
+    CHECK(Shape(out[0]) == std::vector<int64_t>{n}) << "factor " << factor << ": shape";
+    const std::vector<S> got = Values<S>(out[0]);
+    std::vector<S> want = x;
+    for (int64_t i : indices) {
+      if (i < 0 || factor == 1.0) continue;
+      want[i] = factor == 0.0 ? Tr::FromDouble(0.0)
+                              : Tr::FromDouble(static_cast<Acc>(Tr::ToDouble(x[i])) * static_cast<Acc>(factor));
+    }
+    for (int64_t i = 0; i < n && i < static_cast<int64_t>(got.size()); ++i) {
+      const bool both_nan = std::isnan(Tr::ToDouble(want[i])) && std::isnan(Tr::ToDouble(got[i]));
+      CHECK(Bits(got[i]) == Bits(want[i]) || both_nan)
+          << "factor " << factor << ": element " << i << " is " << Tr::ToDouble(got[i])
+          << ", want " << Tr::ToDouble(want[i]);
     }
   }
 }
@@ -776,6 +861,9 @@ void TestDtypeIndex(SparseGraph& graph, std::mt19937_64& rng) {
       for (int k = 1; k <= 5; ++k) CheckDecode<Tr, Ix>(graph, n, k, 1024, rng);
       CheckDecode<Tr, Ix>(graph, n, 3, 0, rng);  // empty lists
     });
+    Case("scale_at/" + prefix + "/n=" + std::to_string(n), [&] {
+      for (int64_t length : {0, 1, 7, 1024}) CheckScaleAt<Tr, Ix>(graph, n, length, rng);
+    });
   }
   Case("select/" + prefix + "/collisions", [&] { TestSelectCollisions<Tr, Ix>(graph, rng); });
   Case("select/" + prefix + "/buckets of " + std::to_string(kBucketSize), [&] {
@@ -901,6 +989,40 @@ void TestErrors() {
       CHECK(s.ok()) << s.message;
       s = decode(index_type, 0, {}, 0);
       CHECK(s.ok()) << s.message;
+    });
+  }
+  auto scale = [&](TF_DataType index_type, int64_t n, std::vector<int64_t> indices,
+                   std::vector<int64_t> factor_dims) {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(graph.scale_x, MakeTensor(TF_FLOAT, {n}, std::vector<float>(n, 1.f)));
+    const int64_t count = static_cast<int64_t>(indices.size());
+    if (index_type == TF_INT32) {
+      feeds.emplace_back(
+          graph.decode_indices.at(TF_INT32),
+          MakeTensor(TF_INT32, {count}, std::vector<int32_t>(indices.begin(), indices.end())));
+    } else {
+      feeds.emplace_back(graph.decode_indices.at(TF_INT64), MakeTensor(TF_INT64, {count}, indices));
+    }
+    int64_t factor_count = 1;
+    for (int64_t d : factor_dims) factor_count *= d;
+    feeds.emplace_back(graph.scale_factor,
+                       MakeTensor(TF_FLOAT, factor_dims, std::vector<float>(factor_count, 0.f)));
+    return graph.Run(std::move(feeds), {graph.scale_out.at(index_type)}, &out);
+  };
+  for (TF_DataType index_type : {TF_INT32, TF_INT64}) {
+    const std::string suffix = index_type == TF_INT32 ? " (int32)" : " (int64)";
+    Case("errors/scale_at index" + suffix, [&] {
+      CheckError(scale(index_type, 10, {0, 9, 10, -1}, {}), "indices[2] = 10 is outside [0, n = 10)");
+      CheckError(scale(index_type, 10, {0, -2}, {}), "indices[1] = -2 is outside");
+      CheckError(scale(index_type, 0, {-1, 0}, {}), "indices[1] = 0 is outside [0, n = 0)");
+    });
+    Case("errors/scale_at factor not scalar" + suffix,
+         [&] { CheckError(scale(index_type, 10, {0}, {2}), "factor must be a scalar"); });
+    Case("errors/scale_at edges are fine" + suffix, [&] {
+      for (int64_t n : {0, 10}) {
+        const Status s = scale(index_type, n, {-1, -1}, {});
+        CHECK(s.ok()) << s.message;
+      }
     });
   }
   Case("errors/decode values rank 2", [&] {
