@@ -125,7 +125,8 @@ def plot(rows, path, target):
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    chosen = [r for r in rows if r["dtype"] == "float32" and not r["sent_dense"]]
+    dtypes = [d for d in ("float32", "float16") if any(r["dtype"] == d for r in rows)] or [rows[0]["dtype"]]
+    chosen = [r for r in rows if r["dtype"] == dtypes[0] and not r["sent_dense"]]
     workers = sorted({r["workers"] for r in chosen})
     sizes = sorted({r["elements"] for r in chosen})
     specs = list(dict.fromkeys(r["compressor"] for r in chosen))
@@ -142,7 +143,7 @@ def plot(rows, path, target):
         ax.axhline(target, color="red", lw=0.8, ls="--", label=f"{target:g}x target")
         ax.set_yscale("log")
         ax.set_ylabel("whole codec / streaming read")
-        ax.set_title(f"float32, K = {k}", fontsize=9)
+        ax.set_title(f"{dtypes[0]}, K = {k}", fontsize=9)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(specs))], specs, rotation=30, ha="right", fontsize=8)
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
