@@ -1,16 +1,32 @@
-"""Before and after: two codec_bench result files side by side, per cell the whole codec in
-streaming reads of the gradient (each run's own read), and their ratio.
+"""Before and after: codec_bench result files side by side, per cell the whole codec in
+streaming reads of the gradient (each run's own read), and their ratio. Several files on
+a side (comma-separated, e.g. interleaved rounds) give per cell the median over them.
 
-    python -m benchmarks.codec_bench.compare BEFORE.json AFTER.json OUT.md
+    python -m benchmarks.codec_bench.compare BEFORE.json[,...] AFTER.json[,...] OUT.md
 """
 import json
 import statistics
 import sys
 
 
-def cells(path):
-    data = json.loads(open(path, encoding="utf-8").read())
-    return data, {(r["compressor"], r["elements"], r["workers"], r["dtype"]): r for r in data["rows"]}
+def cells(paths):
+    """(the first file's metadata, {cell: row}), a cell's figures the medians over the files."""
+    runs = [json.loads(open(path, encoding="utf-8").read()) for path in paths.split(",")]
+    by_cell = {}
+    for data in runs:
+        for r in data["rows"]:
+            by_cell.setdefault((r["compressor"], r["elements"], r["workers"], r["dtype"]), []).append(r)
+    merged = {}
+    for key, rows in by_cell.items():
+        row = dict(rows[0])
+        for field in ("encode_ms", "decode_ms", "read_ms", "codec_over_read"):
+            if row[field] is not None:
+                row[field] = statistics.median(r[field] for r in rows)
+        row["rounds"] = len(rows)
+        merged[key] = row
+    meta = dict(runs[0])
+    meta["rounds"] = len(runs)
+    return meta, merged
 
 
 def table(before_path, after_path):
@@ -19,7 +35,8 @@ def table(before_path, after_path):
     lines = [f"# Whole codecs before and after ({after_meta['machine']['date']})", "",
              f"Before: commit {before_meta['commit']}, `{before_meta['command']}` "
              f"({before_meta['machine']['date']}); after: commit {after_meta['commit']}, "
-             f"`{after_meta['command']}` ({after_meta['machine']['date']}). Both measured with the after "
+             f"`{after_meta['command']}` ({after_meta['machine']['date']}); medians over "
+             f"{before_meta['rounds']} and {after_meta['rounds']} runs. Both measured with the after "
              "commit's benchmarks/codec_bench and tfcomp/analysis/measure/codecs.py. A figure is the whole codec "
              "(encode + decode, ms) and, in brackets, in streaming reads of the gradient taken in the same run; "
              "`after / before` compares the latter.", "",
