@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks.codec_bench import floors
-from benchmarks.codec_bench import __main__ as codec_bench
+from benchmarks.codec_bench import cells as codec_bench
 from tfcomp.compressors.registry import COMPRESSORS, parse_compressor
 
 
@@ -41,4 +41,5 @@ def test_a_cell_measures_the_codec_against_a_read_of_the_same_gradient():
     assert row["codec_over_floor"] == pytest.approx(row["codec_over_read"] / row["floor_reads"])
     assert "EFSignSGD" in codec_bench.markdown([row], {
         "machine": {"date": "d", "cpu": "c", "cpus": 2, "tensorflow": tf.__version__}, "command": "x",
+        "bfc_allocator": "true",
         "commit": "c", "load_before": "0", "load_after": "0"})
