@@ -100,7 +100,8 @@ template <typename T, typename Index>
 void CheckSelect(const std::vector<T>& x, const T* d_x, int64_t capacity, double threshold) {
   const int64_t n = static_cast<int64_t>(x.size());
   const T t = FromDouble<T>(threshold);
-  const Acc<T> t_acc = static_cast<Acc<T>>(t);
+  // The CPU kernel runs under TensorFlow's FTZ/DAZ, which this process does not set.
+  const Acc<T> t_acc = sel::FlushSubnormal(static_cast<Acc<T>>(t));
   std::vector<T> want_values(capacity > 0 ? capacity : 1);
   std::vector<Index> want_indices(capacity > 0 ? capacity : 1);
   if (capacity > 0) {
@@ -171,6 +172,16 @@ void CheckType() {
     const DeviceArray<T> d_x(x);
     for (int64_t capacity : {int64_t{1}, int64_t{1000}, int64_t{1} << 16}) {
       CheckSelect<T, Index>(x, d_x.ptr, capacity, 0.0);
+    }
+  }
+  // A subnormal threshold counts as 0 (FTZ/DAZ on the CPU): every element qualifies.
+  {
+    const std::vector<T> x = MakeValues<T>(5003, 5, true, true);
+    const DeviceArray<T> d_x(x);
+    for (double t : {1e-40, 1e-310}) {
+      for (int64_t capacity : {int64_t{1}, int64_t{100}, int64_t{5003}}) {
+        CheckSelect<T, Index>(x, d_x.ptr, capacity, t);
+      }
     }
   }
   std::printf("%-6s int%d select_largest: %s\n", TypeName<T>(), static_cast<int>(8 * sizeof(Index)),

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ unsigned int local[kBins];
   for (int b = threadIdx.x; b < kBins; b += kThreads) local[b] = 0;
   __syncthreads();
-  const Acc<T> t = static_cast<Acc<T>>(*threshold);
+  const Acc<T> t = FlushSubnormal(static_cast<Acc<T>>(*threshold));
   const int64_t packs = (n + V - 1) / V;
   for (int64_t p = GlobalThread(); p < packs; p += GridStride()) {
     const cuda_vec::Vec<T, V> v = cuda_vec::LoadVec<T, V>(x, p * V, n);
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ unsigned int tile_count;
   if (threadIdx.x == 0) tile_count = 0;
   __syncthreads();
-  const Acc<T> t = static_cast<Acc<T>>(*threshold);
+  const Acc<T> t = FlushSubnormal(static_cast<Acc<T>>(*threshold));
   const uint32_t floor = static_cast<uint32_t>(bin) << kBinShift;
   const uint32_t above = static_cast<uint32_t>(bin + 1) << kBinShift;  // <= 2^31
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kTile;
@@ -162,8 +162,8 @@ __global__ void SetCutoffKernel(CutoffState* state, Count prefix, long long need
   if (GlobalThread() == 0) *state = CutoffState{prefix, need};
 }
 
-// digits[(r >> shift) % kDigits] += 1 for each rank r that shares the state's
-// prefix above bit shift + width.
+// digits[(r >> shift) % 2^width] += 1 for each rank r that shares the state's
+// prefix above bit shift + width (width <= kDigitBits).
 __global__ void __launch_bounds__(kThreads)
     DigitHistogramKernel(const uint64_t* __restrict__ ranks, int64_t count,
                          const CutoffState* __restrict__ state, int shift, int width,
@@ -173,9 +173,10 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const int high = shift + width;
   const uint64_t prefix = state->prefix >> high;
+  const uint64_t mask = (uint64_t{1} << width) - 1;
   for (int64_t j = GlobalThread(); j < count; j += GridStride()) {
     const uint64_t r = ranks[j];
-    if ((r >> high) == prefix) atomicAdd(&local[(r >> shift) & (kDigits - 1)], 1u);
+    if ((r >> high) == prefix) atomicAdd(&local[(r >> shift) & mask], 1u);
   }
   __syncthreads();
   for (int d = threadIdx.x; d < kDigits; d += kThreads) {
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(kThreads)
                 int64_t capacity, T* __restrict__ values, Index* __restrict__ indices) {
   using Scan = cub::BlockScan<unsigned int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
-  const Acc<T> t = static_cast<Acc<T>>(*threshold);
+  const Acc<T> t = FlushSubnormal(static_cast<Acc<T>>(*threshold));
   const uint64_t cutoff = state->prefix;
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t end = begin + kTile < n ? begin + kTile : n;
@@ -265,8 +266,9 @@ using Vec16 = std::integral_constant<int, cuda_vec::kVec<T>>;
 // elements of x[n] (|x| >= *threshold, or NaN) by select_core.h's Rank, in
 // index order, padded with (0, -1); threshold is one element in device
 // memory; n <= kMaxSelectElements. allocate(bytes) returns device scratch that
-// stays valid for the work queued on stream (every buffer it returned, until
-// the work is done), or null on failure. Synchronizes with the stream once
+// stays valid for the work queued on stream, or null on failure; it is called
+// twice, and the first buffer (the histogram) is dead once the host has its
+// copy, so the second may reuse it. Synchronizes with the stream once
 // (after the histogram: the host sizes the candidate buffer). Returns the
 // first CUDA error.
 template <typename T, typename Index, typename Allocate>
