@@ -34,7 +34,7 @@ from tensorflow.python.framework import kernels
 tf.load_op_library(sys.argv[1])
 floats = {tf.half, tf.bfloat16, tf.float32, tf.float64}
 sign_ops = ("TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSignMajority", "TfcompSignScaledSum")
-sparse_ops = ("TfcompHashSelect", "TfcompSparseDecode", "TfcompScaleAt")
+sparse_ops = ("TfcompHashSelect", "TfcompSparseDecode", "TfcompScaleAt", "TfcompSelectLargest")
 for op in sign_ops + ("TfcompSampledThreshold", "TfcompLowRankResidual") + sparse_ops:
     # One (T, Tindex) pair per GPU kernel; only the sparse ops have a Tindex.
     gpu_types = {tuple(tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name
@@ -56,7 +56,7 @@ EOF
 # The op tests against the GPU build: its CPU kernels everywhere (one library
 # serves CPU-only users), and on a GPU machine the GPU kernels against the CPU ones.
 TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/ops/test_sign.py tests/ops/test_sparse.py \
-  tests/ops/test_lowrank.py tests/ops/test_cast.py \
+  tests/ops/test_select.py tests/ops/test_lowrank.py tests/ops/test_cast.py \
   || die "the op tests fail against $LIB"
 
 for test in "$OUT"/tests/*; do

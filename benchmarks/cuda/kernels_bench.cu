@@ -7,6 +7,9 @@
 //   cub_select_if   CUB's single-pass stream compaction of the indices above the
 //                   threshold, plus the gather: the best exact selection
 //   exact_topk_sort |x| radix-sorted with CUB: the exact top-k's cost
+//   select_largest  TfcompSelectLargest's exact selection (threshold 0: the exact
+//                   top-k; _threshold: DGC's, a threshold that passes `ratio`):
+//                   three streaming reads of x by design, one host sync
 //   cublas_gemm     C -= P Q^T with cuBLAS, against the fused low-rank residual
 //   cast_*_composed a cast pass then a divide pass (tf.cast(x, DstT) / K), against
 //                   the one-pass cast_divide (FP16's encode and decode)
@@ -38,6 +41,7 @@ struct tfcomp::sign::FloatLayout<__half> : tfcomp::sign::Binary16Layout {};
 #include "custom_ops/lowrank/cc/kernels/lowrank_cuda_kernels.cu.h"
 #include "custom_ops/sign/cc/kernels/sign_cuda_kernels.cu.h"
 #include "custom_ops/sparse/cc/kernels/sparse_cuda_kernels.cu.h"
+#include "custom_ops/sparse/cc/kernels/select_cuda_kernels.cu.h"
 
 namespace sg = tfcomp::sign;
 namespace sp = tfcomp::sparse;
@@ -377,6 +381,20 @@ void BenchSelect(int64_t n) {
                                                  selected.ptr, count.ptr, n));
            GatherSelectedKernel<T><<<sp::cuda::GridFor(capacity), 256>>>(x, selected.ptr, count.ptr,
                                                                          values.ptr);
+         }), in_bytes + out_bytes);
+
+    // Exact selection (TopK's and DGC's): the capacity largest by (|x|, index),
+    // in index order. Its floor is the one read of x and the outputs.
+    DeviceArray<T> zero(std::vector<T>{FromDouble<T>(0.0)});
+    Emit("select_largest", dt, n, ratio, MedianMs([&] {
+           CHECK_CUDA(tfcomp::select::cuda::LaunchSelectLargest(pool.Next(), n, zero.ptr, capacity,
+                                                                values.ptr, selected.ptr, Allocate,
+                                                                nullptr));
+         }), in_bytes + out_bytes);
+    Emit("select_largest_threshold", dt, n, ratio, MedianMs([&] {
+           CHECK_CUDA(tfcomp::select::cuda::LaunchSelectLargest(pool.Next(), n, t.ptr, capacity,
+                                                                values.ptr, selected.ptr, Allocate,
+                                                                nullptr));
          }), in_bytes + out_bytes);
 
     const int64_t num_samples = std::max<int64_t>(512, static_cast<int64_t>(std::ceil(0.01 * n)));

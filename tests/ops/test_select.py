@@ -197,3 +197,22 @@ def test_select_largest_property(data):
     assert values.numpy().tobytes() == expected_values.tobytes()
     valid = indices.numpy()[indices.numpy() >= 0]
     assert (np.diff(valid) > 0).all() and (indices.numpy()[len(valid):] == -1).all()
+
+
+@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
+                    reason="no GPU on this machine: the CUDA kernels are compared with the CPU "
+                           "core by tools/cuda_check.sh's standalone test on a GPU machine")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n, capacity, threshold", [
+    (0, 3, 0.0), (1, 1, 0.0), (33, 7, 0.0), (4097, 40, 0.5), ((1 << 20) + 3, 10486, 0.0),
+    ((1 << 20) + 3, 10486, 2.0), ((1 << 20) + 3, 500000, 0.0)])
+@pytest.mark.parametrize("kind", ["finite", "nan_inf", "ties"])
+def test_gpu_kernel_matches_cpu(n, capacity, threshold, dtype, kind):
+    x = gradient(n, dtype, seed=n, specials=kind == "nan_inf", ties=kind == "ties")
+    outputs = []
+    for device in ("/CPU:0", "/GPU:0"):
+        with tf.device(device):
+            outputs.append([t.numpy() for t in ops.select_largest(x, threshold, capacity)])
+    (cv, ci), (gv, gi) = outputs
+    np.testing.assert_array_equal(gi, ci)
+    assert gv.tobytes() == cv.tobytes()

@@ -1,6 +1,6 @@
 // Per-element logic of exact threshold/top-k selection (TfcompSelectLargest,
 // TopK and DGC), shared by the CPU kernel (select_cpu.h), the CUDA kernels
-// (select_cuda_kernels.cu.h, to come) and their standalone test. No TensorFlow here.
+// (select_cuda_kernels.cu.h) and their standalone test. No TensorFlow here.
 //
 // select(x, t, capacity): among the elements with |x| >= t (and every NaN:
 // sparse::Selected), the `capacity` largest (all of them if fewer qualify),
@@ -37,7 +37,8 @@
 // the histogram passes above. Both give the one exact result.
 // Memory-traffic floor: 1 streaming read of x (sizeof(T) bytes per element)
 // on the CPU's sampled path (plus the sample's 4096 cache lines), 2 on the
-// histogram path (the one the GPU twin, not yet written, is to take), plus
+// histogram path (the GPU twin takes it, plus a third read to write the
+// winners in index order: select_cuda_kernels.cu.h), plus
 // O(capacity) candidate traffic (8-byte ranks: about 1.2 x capacity on the
 // sampled path, capacity + hist[b] on the histogram path; a bin holds under 2%
 // of a Gaussian tensor around its 1% quantile) and the outputs (capacity x
@@ -76,6 +77,17 @@ TFCOMP_HOST_DEVICE inline uint32_t MagnitudeKey(Acc abs_value) {
   if (bits > 0x7f800000u) bits = 0x7fc00000u;  // NaN
   if (bits < 0x00800000u) bits = 0;            // zero or denormal
   return bits;
+}
+
+// The threshold as TensorFlow's CPU threads compare it (FTZ/DAZ): a subnormal
+// as 0. The GPU kernels, which compare subnormals exactly, apply it to the
+// threshold, and then agree with the CPU on every element (a subnormal |x| is
+// below every normal threshold and at least every zero one either way).
+template <typename Acc>
+TFCOMP_HOST_DEVICE inline Acc FlushSubnormal(Acc t) {
+  const Acc tiny = sizeof(Acc) == 4 ? static_cast<Acc>(1.17549435e-38f)
+                                    : static_cast<Acc>(2.2250738585072014e-308);
+  return (t < tiny && t > -tiny) ? Acc(0) : t;
 }
 
 TFCOMP_HOST_DEVICE inline int Bin(uint32_t key) { return static_cast<int>(key >> kBinShift); }

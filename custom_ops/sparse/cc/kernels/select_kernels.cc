@@ -1,5 +1,6 @@
 // TfcompSelectLargest's kernel: argument checks, the CPU functor (select_cpu.h
-// over the op's threads), and its CPU registration.
+// over the op's threads), and its registrations for CPU (always) and GPU (when
+// built with GOOGLE_CUDA; the GPU functor is in select_kernels.cu.cc).
 #define EIGEN_USE_THREADS
 #include "select_kernels.h"
 
@@ -79,11 +80,12 @@ class SelectLargestOp : public OpKernel {
   TFCOMP_REGISTER_SELECT_KERNEL(DEVICE, DEVICE_TYPE, double, int32_t)          \
   TFCOMP_REGISTER_SELECT_KERNEL(DEVICE, DEVICE_TYPE, double, int64_t)
 
-// CPU only for now: the CUDA twin (histogram with integer atomics over the
-// select_core.h keys, FindBoundary, tile counts + scan for the index-order
-// candidates, a radix sort of the candidates for the cutoff) is not written
-// yet; on a GPU machine TensorFlow places this op on the CPU.
 TFCOMP_REGISTER_SELECT_TYPES(DEVICE_CPU, CPUDevice)
+#if GOOGLE_CUDA
+// select_kernels.cu.cc: the same selection on the GPU (select_cuda_kernels.cu.h),
+// threshold read in device memory.
+TFCOMP_REGISTER_SELECT_TYPES(::tensorflow::DEVICE_GPU, GPUDevice)
+#endif
 
 #undef TFCOMP_REGISTER_SELECT_TYPES
 #undef TFCOMP_REGISTER_SELECT_KERNEL

@@ -34,7 +34,8 @@ qualify), in increasing index order, padded with value 0 and index -1.
 threshold 0 is exact top-k. A radix select: two streaming reads of x (a
 histogram of the magnitudes' top 12 bits, then the candidates at or above the
 boundary bin) and a selection among the boundary bin's candidates; no sort of
-x. At most 2^33 elements.
+x (on a GPU, a third read writes the winners in index order). At most 2^33
+elements.
 )doc");
 
 }  // namespace tfcomp
