@@ -112,6 +112,22 @@ inline uint32_t NextRandom() {  // xorshift64*: reproducible across platforms
   return static_cast<uint32_t>((g_rng * 0x2545F4914F6CDD1Dull) >> 32);
 }
 
+// Device scratch for a launcher (allocate(bytes), null on failure), freed
+// once the results are downloaded.
+struct Scratch {
+  std::vector<void*> blocks;
+  void* operator()(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    blocks.push_back(p);
+    return p;
+  }
+  void Free() {
+    for (void* p : blocks) CHECK_CUDA(cudaFree(p));
+    blocks.clear();
+  }
+};
+
 }  // namespace cuda_test
 }  // namespace tfcomp
 

@@ -50,12 +50,17 @@ class WorkerMomentum:
             specs["handed_off"] = (tuple(shape), tf.as_dtype(dtype))
         return specs
 
+    def with_momentum(self, grad, state):
+        """grad, or the worker's velocity after this step's update where it keeps one."""
+        if self.worker_momentum is None:
+            return grad
+        velocity = state["velocity"]
+        velocity.assign(self.worker_momentum * velocity + grad)
+        return velocity.read_value()
+
     def corrected(self, grad, state):
         """What is compressed: grad (or the worker's velocity) plus the residual."""
-        if self.worker_momentum is not None:
-            velocity = state["velocity"]
-            velocity.assign(self.worker_momentum * velocity + grad)
-            grad = velocity.read_value()
+        grad = self.with_momentum(grad, state)
         return grad + state["residual"] if "residual" in state else grad
 
     def hand_off(self, averaged, state):

@@ -62,9 +62,8 @@ class EFSignSGD(WorkerMomentum, Compressor):
                  PayloadSpec((1,), tf.as_dtype(dtype), Collective.ALLGATHER)]]
 
     def compress(self, grad, state, ctx):
-        # The momentum (if any) updates the velocity; the residual is added inside
-        # sign_ef_pack, which returns the new residual as a fresh tensor.
-        source = self.corrected(grad, {k: v for k, v in state.items() if k != "residual"})
+        # sign_ef_pack adds the residual itself and returns the new one as a fresh tensor.
+        source = self.with_momentum(grad, state)
         residual = state["residual"]
         words, scale, new_residual = ops.sign_ef_pack(source, residual.read_value(), zero_bit(ctx.step))
         residual.assign(new_residual)

@@ -9,9 +9,9 @@ from a seed all workers share, so it sends values only, by allreduce.
 Error feedback: the residual keeps what was not sent, including what hash
 collisions dropped; a sent element leaves 0 behind, a sent NaN or Inf too
 (ops.scale_at: O(capacity) on the accumulated vector's own buffer, where
-flat - decode(sent) cost three passes and kept NaN - NaN). With worker momentum (DGC's momentum correction; see
-base.WorkerMomentum) the velocity u <- momentum * u + g is what accumulates in
-the residual, and DGC's momentum factor masking drops momentum_masking of u
+flat - decode(sent) cost three passes and kept NaN - NaN). With worker
+momentum (DGC's momentum correction; see base.WorkerMomentum) the velocity
+u <- momentum * u + g is what accumulates in the residual, and DGC's momentum factor masking drops momentum_masking of u
 where an element was sent. TopK and DGC send the largest accumulated elements
 and default to no masking (error feedback on the momentum update, which keeps
 the sum of the updates dense's). RandomK, whose draw leaves large elements

@@ -26,22 +26,6 @@ using namespace tfcomp::cuda_test;  // NOLINT: the helpers of cuda_test.h
 
 namespace {
 
-// Device scratch for the launcher (allocate(bytes), null on failure), freed
-// once the results are downloaded.
-struct Scratch {
-  std::vector<void*> blocks;
-  void* operator()(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    blocks.push_back(p);
-    return p;
-  }
-  void Free() {
-    for (void* p : blocks) CHECK_CUDA(cudaFree(p));
-    blocks.clear();
-  }
-};
-
 struct Serial {
   template <typename Fn>
   void operator()(int64_t blocks, Fn&& fn) const {

@@ -28,22 +28,6 @@ using namespace tfcomp::cuda_test;  // NOLINT: the helpers of cuda_test.h
 namespace {
 
 
-// Device scratch for the launchers (allocate(bytes), null on failure), freed
-// once the results are downloaded.
-struct Scratch {
-  std::vector<void*> blocks;
-  void* operator()(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    blocks.push_back(p);
-    return p;
-  }
-  void Free() {
-    for (void* p : blocks) CHECK_CUDA(cudaFree(p));
-    blocks.clear();
-  }
-};
-
 template <typename T>
 bool SameValue(const T& a, const T& b) {
   return SameBits(a, b) ||
