@@ -43,6 +43,9 @@ flags.DEFINE_bool("check_finite", True, "tfcomp's per-step non-finite flag (the 
 flags.DEFINE_integer("auto_audit_steps", 0, "With --compression=auto: tfcomp.Auto's audit_steps (after its "
                      "decision, time the kept configuration, dense and every single candidate side by side).",
                      lower_bound=0)
+flags.DEFINE_integer("auto_replan_every", None, "With --compression=auto: tfcomp.Auto's replan_every (compare "
+                     "the plan's step time with what it measured this many steps at a time, and plan again "
+                     "where it drifted).", lower_bound=2)
 
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
@@ -56,7 +59,8 @@ def strategy_options(spec):
     if compression_specs.is_plan(spec):
         return {"compression": tfcomp.Plan.load(compression_specs.plan_path(spec)), **options}
     if spec == compression_specs.AUTO:
-        return {"compression": tfcomp.Auto(audit_steps=FLAGS.auto_audit_steps), **options}
+        return {"compression": tfcomp.Auto(audit_steps=FLAGS.auto_audit_steps,
+                                           replan_every=FLAGS.auto_replan_every), **options}
     compressor = compression_specs.compressor(spec)
     if not isinstance(compressor, Sparsifier):
         return {"compression": compressor, **options}

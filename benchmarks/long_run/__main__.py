@@ -21,7 +21,8 @@ import time
 from absl import app, flags
 
 from benchmarks.harness import record
-from benchmarks.long_run import report
+from benchmarks.long_run import link_schedule, report
+from tests.cluster import netns_cluster
 from tests.cluster.horovod_cluster import horovodrun
 from tests.cluster.local_cluster import run_workers
 from tfcomp.compressors.registry import COMPRESSORS
@@ -29,7 +30,14 @@ from tfcomp.compressors.registry import COMPRESSORS
 FLAGS = flags.FLAGS
 ALL_COMPRESSORS = list(COMPRESSORS)
 flags.DEFINE_list("compressors", ALL_COMPRESSORS, "tfcomp compressor names ('none': tf.distribute's own "
-                  "strategy, or hvd.DistributedOptimizer).")
+                  "strategy, or hvd.DistributedOptimizer; 'auto': tfcomp.Auto() with its default candidates).")
+flags.DEFINE_float("minutes", None, "Train each compressor this long instead (--steps is then the most; the "
+                   "workers agree when to stop every 1,000 steps). tfcomp's engines only.", lower_bound=0)
+flags.DEFINE_integer("auto_replan_every", None, "With auto: tfcomp.Auto's replan_every.", lower_bound=2)
+flags.DEFINE_list("link_schedule", None, "Run the workers on an emulated cluster (a network namespace each, "
+                  "root only) whose links cycle through these periods, RATE:MINUTES each (a tc rate or "
+                  "'unshaped'), round and round: a soak that gives Auto's re-planning something to re-plan for. "
+                  "Default: localhost, unshaped. tf.distribute only.")
 flags.DEFINE_integer("steps", 2000, "Training steps per compressor.", lower_bound=2)
 flags.DEFINE_integer("warmup", 200, "Steps of warm-up: traces, functions and ops are counted from here on.",
                      lower_bound=1)
@@ -92,6 +100,10 @@ def run_one(name, work_dir):
         args.append(f"--collective_timeout_s={FLAGS.collective_timeout_s}")
     if FLAGS.retrace_every_step:
         args.append("--retrace_every_step")
+    if FLAGS.minutes is not None:
+        args.append(f"--minutes={FLAGS.minutes}")
+    if FLAGS.auto_replan_every is not None:
+        args.append(f"--auto_replan_every={FLAGS.auto_replan_every}")
     out_dir = pathlib.Path(work_dir) / name
     log = out_dir / ("horovodrun.log" if FLAGS.engine == "horovod" else "worker0.log")
     tail = ProgressTail(log)
@@ -101,6 +113,9 @@ def run_one(name, work_dir):
             code, text, results = horovodrun("benchmarks.long_run.worker", FLAGS.workers, args, out_dir,
                                              timeout=FLAGS.timeout_s)
             failed, logs = code != 0, [text]
+        elif FLAGS.link_schedule:
+            codes, logs, results = _run_on_cycled_links(args, out_dir)
+            failed = codes != [0] * FLAGS.workers
         else:
             codes, logs, results = run_workers("benchmarks.long_run.worker", FLAGS.workers, args, out_dir,
                                                timeout=FLAGS.timeout_s)
@@ -112,6 +127,22 @@ def run_one(name, work_dir):
         raise RuntimeError(f"{name}: the workers failed (logs under {out_dir})\n"
                            + "\n".join(_without_module_list(text)[-3000:] for text in logs))
     return results
+
+
+def _run_on_cycled_links(args, out_dir):
+    """The workers on an emulated cluster whose links follow --link_schedule; the
+    link changes are written to out_dir/link_changes.jsonl as they happen."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with netns_cluster.emulated_cluster(FLAGS.workers) as cluster:
+        cycler = link_schedule.LinkCycler(cluster, link_schedule.parse(FLAGS.link_schedule),
+                                          out_dir / "link_changes.jsonl")
+        cycler.start()
+        try:
+            return run_workers("benchmarks.long_run.worker", FLAGS.workers, args, out_dir, timeout=FLAGS.timeout_s,
+                               hosts=cluster.worker_hosts,
+                               prefixes=[cluster.prefix(w) for w in range(FLAGS.workers)])
+        finally:
+            cycler.stop()
 
 
 def _without_module_list(log):
@@ -175,9 +206,17 @@ def main(argv):
     del argv
     if FLAGS.warmup + FLAGS.window > FLAGS.steps:
         raise app.UsageError("--warmup plus --window must not exceed --steps")
-    unknown = [n for n in FLAGS.compressors if n not in ALL_COMPRESSORS + ["none"]]
+    known = ALL_COMPRESSORS + ["none", "auto"]
+    unknown = [n for n in FLAGS.compressors if n not in known]
     if unknown:
-        raise app.UsageError(f"unknown compressors {unknown}; choose from {ALL_COMPRESSORS + ['none']}")
+        raise app.UsageError(f"unknown compressors {unknown}; choose from {known}")
+    if FLAGS.link_schedule:
+        if FLAGS.engine != "tf.distribute":
+            raise app.UsageError("--link_schedule runs tf.distribute workers only")
+        try:
+            link_schedule.parse(FLAGS.link_schedule)
+        except ValueError as error:
+            raise app.UsageError(str(error)) from error
     started = time.monotonic()
     runs, rows, problems = [], [], []
     with tempfile.TemporaryDirectory(prefix="tfcomp-long-run-") as temporary:

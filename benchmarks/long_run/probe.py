@@ -1,5 +1,6 @@
 """What a long run watches in each worker: resident memory, traces of the train
 step, TensorFlow functions and the ops of the train function's graph."""
+import statistics
 import time
 
 import tensorflow as tf
@@ -63,29 +64,32 @@ class LongRunProbe(tf.keras.callbacks.Callback):
 
     A sample: step (steps done), RSS in KiB, threads, train_step traces, the train
     function's own tracing count, eager-context functions, wall seconds since
-    training began and the loss. With progress=True it prints a line every
+    training began, the loss and the median step time since the last sample
+    (with step_times). With progress=True it prints a line every
     progress_every steps.
     """
 
     def __init__(self, trace_counter, total_steps, warmup_steps, sample_every, progress_every, label,
-                 progress=True, retrace_every_step=False):
+                 progress=True, retrace_every_step=False, step_times=None):
         super().__init__()
         self.counter = trace_counter
         self.total_steps, self.warmup_steps = total_steps, warmup_steps
         self.sample_every, self.progress_every = sample_every, progress_every
         self.label, self.progress = label, progress
         self.retrace_every_step = retrace_every_step
+        self.step_times = step_times  # seconds of each step so far (a StepTimes' list), or None
         self.samples = []
         self.ops = {}
         self.concrete_functions = {}
         self._start = None
+        self._steps_done = 0
 
     def on_train_begin(self, logs=None):
         self._start = time.perf_counter()
         self._sample(0, None)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = batch + 1
+        step = self._steps_done = batch + 1
         if step % self.sample_every == 0 or step == self.warmup_steps:
             self._sample(step, logs)
         if step == self.warmup_steps:
@@ -101,21 +105,32 @@ class LongRunProbe(tf.keras.callbacks.Callback):
             self.model.make_train_function(force=True)
 
     def on_train_end(self, logs=None):
-        if not self.samples or self.samples[-1]["step"] != self.total_steps:
-            self._sample(self.total_steps, logs)
+        if not self.samples or self.samples[-1]["step"] != self._steps_done:
+            self._sample(self._steps_done, logs)
         self._count_ops("end")
 
     def _sample(self, step, logs):
         train_function = self.model.train_function
+        # None while a tfcomp.Auto profiling cycle's Timeline wraps Keras' train function in a plain one.
+        tracing_count = getattr(train_function, "experimental_get_tracing_count", None)
         self.samples.append({
             "step": step, "rss_kib": rss_kib(), "threads": thread_count(), "traces": self.counter["traces"],
-            "train_function_tracing_count": (train_function.experimental_get_tracing_count()
-                                             if train_function is not None else 0),
+            "train_function_tracing_count": (0 if train_function is None else
+                                             tracing_count() if tracing_count is not None else None),
             "context_functions": context_function_count(),
-            "seconds": time.perf_counter() - self._start,
-            "loss": float(logs["loss"]) if logs and "loss" in logs else None})
+            "seconds": time.perf_counter() - self._start, "unix_time": time.time(),
+            "loss": float(logs["loss"]) if logs and "loss" in logs else None,
+            "step_ms": self._recent_step_ms()})
+
+    def _recent_step_ms(self):
+        """Median milliseconds of the steps since the last sample (None: not timed)."""
+        recent = (self.step_times or [])[-self.sample_every:]
+        return 1e3 * statistics.median(recent) if recent else None
 
     def _count_ops(self, when):
         function = self.model.train_function
+        if not hasattr(function, "_list_all_concrete_functions"):  # wrapped by a Timeline (see _sample)
+            self.ops[when] = self.concrete_functions[when] = None
+            return
         self.ops[when] = graph_op_count(function)
         self.concrete_functions[when] = len(function._list_all_concrete_functions())  # pylint: disable=protected-access

@@ -33,7 +33,9 @@ def worker_summary(result, window):
     return {
         "traces_at_warmup": start["traces"],
         "traces_after_warmup": end["traces"] - start["traces"],
-        "tracing_count_after_warmup": (end["train_function_tracing_count"]
+        "tracing_count_after_warmup": (None if None in (end["train_function_tracing_count"],
+                                                        start["train_function_tracing_count"])
+                                       else end["train_function_tracing_count"]
                                        - start["train_function_tracing_count"]),
         "context_functions": (start["context_functions"], end["context_functions"]),
         "ops": (result["ops"]["warmup"], result["ops"]["end"]),
@@ -75,7 +77,8 @@ def markdown_table(rows):
     for name, steps, summaries, sent_fraction in rows:
         w0 = summaries[0]
         largest = max((s["rss_change_percent"] for s in summaries), key=abs)
-        traces_after = max(max(s["traces_after_warmup"], s["tracing_count_after_warmup"]) for s in summaries)
+        traces_after = max(max(s["traces_after_warmup"], s["tracing_count_after_warmup"] or 0)  # None: see probe
+                           for s in summaries)
         lines.append(
             f"| {name} | {steps} | {w0['traces_at_warmup']} | {traces_after} "
             f"| {w0['context_functions'][0]} → {w0['context_functions'][1]} "

@@ -66,6 +66,18 @@ class Cluster:
     def bridge_namespace(self):
         return f"{self.name}-br"
 
+    def set_rate(self, rate, workers=None):
+        """Reshapes running workers' links (default: all) to rate (tc notation), or
+        unshapes them (None), in both directions, as emulated_cluster shaped them."""
+        for w in range(len(self.worker_hosts)) if workers is None else workers:
+            for namespace, device in ((self.worker_namespace(w), WORKER_DEVICE),
+                                      (self.bridge_namespace, bridge_device(self.name, w))):
+                if rate:
+                    _shape(namespace, device, rate, verb="replace")
+                else:
+                    subprocess.run(["ip", "netns", "exec", namespace, "tc", "qdisc", "del", "dev", device, "root"],
+                                   capture_output=True)  # fails only where no qdisc was set: nothing to undo
+
     def link_stats(self, worker):
         """What the worker's device did so far: {"qdisc": its root qdisc ("tbf"
         when shaped), "rate": tc's rate or None, "sent_bytes", "dropped"}."""
@@ -110,8 +122,8 @@ def _subnet():
     raise RuntimeError("no free 10.x.y.0/24 subnet for the emulated cluster")
 
 
-def _shape(namespace, device, rate):
-    _run("ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device, "root", "tbf",
+def _shape(namespace, device, rate, verb="add"):
+    _run("ip", "netns", "exec", namespace, "tc", "qdisc", verb, "dev", device, "root", "tbf",
          "rate", rate, "burst", BURST, "latency", LATENCY)
 
 
@@ -154,7 +166,7 @@ def emulated_cluster(num_workers, rate=None, pin_cores=False):
             _run("ip", "netns", "add", ns)
             created.append(ns)
             _resolve_hostname_to(ns, host)
-            worker_end, bridge_end = f"{name}w{w}", f"{name}b{w}"  # at most 15 characters
+            worker_end, bridge_end = f"{name}w{w}", bridge_device(name, w)  # at most 15 characters
             _run("ip", "link", "add", worker_end, "type", "veth", "peer", "name", bridge_end)
             _run("ip", "link", "set", worker_end, "netns", ns)
             _run("ip", "link", "set", bridge_end, "netns", bridge)
@@ -178,6 +190,11 @@ def emulated_cluster(num_workers, rate=None, pin_cores=False):
         yield cluster
     finally:
         _remove(created)
+
+
+def bridge_device(cluster_name, worker):
+    """The bridge's end of a worker's veth pair."""
+    return f"{cluster_name}b{worker}"
 
 
 def _resolve_hostname_to(namespace, address):

@@ -1,7 +1,11 @@
 """tfcomp.distribute.MultiWorkerMirroredStrategy with real worker processes on localhost."""
 import io
+import json
+import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import zipfile
 
@@ -11,7 +15,7 @@ import pytest
 import tfcomp
 from tfcomp.keras import version as keras_in_use
 from tests.cluster import processes
-from tests.cluster.local_cluster import run_workers
+from tests.cluster.local_cluster import ROOT, run_workers
 from tests.workers.workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
 
 STEPS = 32
@@ -94,6 +98,30 @@ def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):
 def test_unknown_compressor_fails_at_construction():
     with pytest.raises(ValueError, match="compression must be a tfcomp compressor"):
         tfcomp.distribute.MultiWorkerMirroredStrategy(compression="topk")
+
+
+ENGINE_COLLECTIVES = """
+import json
+from tensorflow.python.eager import context
+import tfcomp
+engine = tfcomp.distribute.MultiWorkerMirroredStrategy(compression=tfcomp.FP16).engine
+counts = []
+for i in range(4):
+    assert engine.mean_floats([1.0, 2.0]) == [1.0, 2.0]
+    assert engine.gather_ints([i, 7]) == [[i, 7]]
+    counts.append(len(context.context().list_function_names()))
+print(json.dumps(counts))
+"""
+
+
+def test_the_engines_own_collectives_add_no_function_per_call():
+    # tfcomp.Auto's drift check runs one every replan_every steps for as long as training lasts.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    done = subprocess.run([sys.executable, "-c", ENGINE_COLLECTIVES], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counts[1:] == counts[:1] * 3, counts
 
 
 def test_workers_disagreeing_on_the_compressor_fail_clearly(tmp_path):

@@ -9,12 +9,13 @@ import tensorflow as tf
 from tfcomp.engines import peers
 from tests.cluster.local_cluster import ROOT
 
+KEY = b"job key"  # the peer process's too
 PEER = """
 import os, signal, sys
 from tfcomp.engines import peers
 listener, _ = peers.listen()
 workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "there", os.getpid())]
-peers.PeerWatch(1, workers, listener, ["127.0.0.1", "127.0.0.1"], [int(sys.argv[1]), 0])
+peers.PeerWatch(1, workers, listener, ["127.0.0.1", "127.0.0.1"], [int(sys.argv[1]), 0], b"job key")
 sys.stdin.readline()  # until the test is ready
 if sys.argv[2] == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
@@ -31,7 +32,8 @@ def watch_a_peer(how, steps_done=None, finished=False):
     peer = subprocess.Popen([sys.executable, "-c", PEER, str(port), how], cwd=ROOT, stdin=subprocess.PIPE)
     reported = []
     workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "localhost:2222", peer.pid)]
-    watch = peers.PeerWatch(0, workers, listener, ["127.0.0.1", "127.0.0.1"], [port, 0], on_loss=reported.append)
+    watch = peers.PeerWatch(0, workers, listener, ["127.0.0.1", "127.0.0.1"], [port, 0], KEY,
+                            on_loss=reported.append)
     if steps_done is not None:
         exchanges_done = tf.Variable(steps_done, dtype=tf.int64)
         watch.mark_step(exchanges_done)  # eagerly, as the traced step would
@@ -77,7 +79,8 @@ def test_a_worker_exiting_reports_a_lost_peer_its_watch_thread_missed(monkeypatc
     peer = subprocess.Popen([sys.executable, "-c", PEER, str(port), how], cwd=ROOT, stdin=subprocess.PIPE)
     reported = []
     workers = [peers.Peer(0, "worker 0", "here", 0), peers.Peer(1, "worker 1", "localhost:2222", peer.pid)]
-    watch = peers.PeerWatch(0, workers, listener, ["127.0.0.1", "127.0.0.1"], [port, 0], on_loss=reported.append)
+    watch = peers.PeerWatch(0, workers, listener, ["127.0.0.1", "127.0.0.1"], [port, 0], KEY,
+                            on_loss=reported.append)
     peer.communicate(b"go\n", timeout=60)
     watch.close()
     assert [loss.peer.rank for loss in watch.losses] == ([1] if lost else [])

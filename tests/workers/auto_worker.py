@@ -3,6 +3,7 @@ training the tests' MLP with compression=tfcomp.Auto() under model.fit; writes J
 Auto's decisions, how often the exchange was traced, payload bytes, final weights."""
 import json
 import pathlib
+import time
 
 import tensorflow as tf
 from absl import app, flags
@@ -24,6 +25,8 @@ flags.DEFINE_integer("rounds", 2, "Auto's rounds (its check_steps are 4).")
 flags.DEFINE_integer("audit_steps", 0, "Auto's audit_steps.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step.")
+flags.DEFINE_integer("slow_from_step", -1, "From this step on, every step takes 100 ms longer (as on a slower "
+                     "link): the step-time drift replan_every watches for.")
 
 
 class SlowFP16(tfcomp.FP16):
@@ -35,6 +38,14 @@ class SlowFP16(tfcomp.FP16):
         for _ in range(30):
             m = tf.tanh(1e-3 * tf.linalg.matmul(m, m))
         return super().compress(grad + tf.minimum(tf.abs(tf.reduce_sum(m)), 0.0), state, ctx)
+
+
+class SlowDown(tf.keras.callbacks.Callback):
+    """Runs before Auto's callback at each batch end, so that Auto counts the wait in the step."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) > FLAGS.slow_from_step:
+            time.sleep(0.1)
 
 
 class Interrupt(tf.keras.callbacks.Callback):
@@ -86,6 +97,8 @@ def main(argv):
         backup = FLAGS.backup_dir
     if backup:
         callbacks.append(tf.keras.callbacks.BackupAndRestore(backup))
+    if FLAGS.slow_from_step >= 0:
+        callbacks.append(SlowDown())
     callbacks.append(auto.callback())
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())

@@ -77,7 +77,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
                 self._plan()
         elif self._measuring is not None:
             self._trial_step(duration)
-        elif auto.phase == PLANNED and auto.replan_every and duration is not None:
+        elif auto.phase in (PLANNED, DENSE) and auto.replan_every and duration is not None:
             self._window.append(duration)
             if len(self._window) == auto.replan_every:
                 self._watch_drift()
@@ -347,12 +347,14 @@ class AutoCallback(tf.keras.callbacks.Callback):
                       f"{'measured in the same rounds' if dense is not None else 'profiled before'})" if best
                       is not None else "resumed in its dense trial, with no compressed trial measured since the "
                                        "restart")
-            logging.warning("tfcomp.Auto: back to dense for good: %s", reason)
+            logging.warning("tfcomp.Auto: back to dense %s: %s",
+                            "until its step time drifts" if auto.replan_every else "for good", reason)
             switch = bool(configs[measuring["running"]]["choices"])  # the last block ran a compressed trial
             skip = 0 if not switch else auto.warmup_steps if dense is None else self._settle_steps(configs[dense])
             auto.decide(DENSE, reason=reason, plan_ms=trials[best]["ms"] if best is not None else None,
                         predicted_ms=trials[best]["predicted_ms"] if best is not None else None,
                         settled_step=now + skip, **decision)
+            self._window = []
             if switch and dense is None:
                 self._retrace()
             elif switch:
@@ -425,12 +427,14 @@ class AutoCallback(tf.keras.callbacks.Callback):
         auto = self.auto
         window, self._window = self._window, []
         measured = auto.workers.mean([statistics.median(window)])[0]
-        baseline = auto.decision["plan_ms"] / 1e3
+        # Dense kept (no candidate won) is watched as a plan is: a slower link may make one win.
+        baseline = auto.decision["plan_ms" if auto.phase == PLANNED else "dense_ms"] / 1e3
         if abs(measured / baseline - 1) <= auto.drift:
             return
         logging.info("tfcomp.Auto: the plan's step time moved from %.1f to %.1f ms: profiling and planning again",
                      1e3 * baseline, 1e3 * measured)
-        auto.decide(PROFILING, reason=f"drifted from {1e3 * baseline:.1f} to {1e3 * measured:.1f} ms/step")
+        auto.decide(PROFILING, reason=f"drifted from {1e3 * baseline:.1f} to {1e3 * measured:.1f} ms/step",
+                    step=int(self.model.optimizer.iterations.numpy()))
         self._retrace()
         self._begin_cycle()
 

@@ -15,9 +15,9 @@ it over the workers and plans with tfcomp.analysis.model.planner. Predictions ca
 fastest run in interleaved blocks of a few steps (tfcomp.auto.trials; each train function
 traced once and kept, so a switch back costs no trace), and each is judged against the
 dense block of the same round. The fastest is kept if it beat dense by margin (5%); else it
-stays dense for good and says why.
-With replan_every, a plan whose step time drifts from what it measured at first is
-profiled and planned afresh. With audit_steps, the choice is checked right after it is
+stays dense and says why.
+With replan_every, a plan (or dense, where dense was kept) whose step time drifts from what
+it measured at first is profiled and planned afresh; without it, the decision stands. With audit_steps, the choice is checked right after it is
 made: the configuration kept, dense and every single candidate run interleaved as the
 trials did, with fresh steps, and the history records how much slower the kept one was
 than the fastest of them (its regret); then the kept one runs on.
@@ -78,9 +78,9 @@ class Auto(Controller):
         decision stands (the audit only measures); its compressor state starts from zero
         after the audit, as after any switch. A run resumed during its audit goes back
         to the kept configuration without finishing it.
-    replan_every: None, or every this many steps compare the plan's step time with
-        what it measured at first, and profile and plan again where it moved by more
-        than drift (a fraction).
+    replan_every: None, or every this many steps compare the plan's step time (dense's,
+        where dense was kept) with what it measured at first, and profile and plan again
+        where it moved by more than drift (a fraction).
     probe_max_bytes, runs: the largest link-probe message per worker, and the timed
         runs of each probe and codec measurement (medians are kept).
     """

@@ -8,6 +8,12 @@ from tensorflow.python.framework import errors
 from tfcomp.engines.engine import Engine
 
 
+_COLLECTIVES = {
+    "gather": lambda ctx, x: ctx.all_gather(x, axis=0),
+    "mean": lambda ctx, x: ctx.all_reduce(tf.distribute.ReduceOp.MEAN, x),
+}
+
+
 class StrategyEngine(Engine):
     """The engine of a tfcomp.distribute.MultiWorkerMirroredStrategy (one device per worker)."""
 
@@ -19,20 +25,31 @@ class StrategyEngine(Engine):
         self.strategy = strategy
         self._addresses = cluster_addresses(resolver)
         self._jobs = sorted({job for job, _ in self._addresses})
+        self._collective_functions = {}  # kind -> tf.function (_on_the_replica)
 
     def gather_ints(self, values):
-        return self._on_the_replica(lambda ctx: ctx.all_gather(tf.constant([values], tf.int64), axis=0))
+        return self._on_the_replica("gather", tf.constant([values], tf.int64))
 
     def mean_floats(self, values):
-        return self._on_the_replica(
-            lambda ctx: ctx.all_reduce(tf.distribute.ReduceOp.MEAN, tf.constant(values, tf.float64)))
+        return self._on_the_replica("mean", tf.constant(values, tf.float64))
 
-    def _on_the_replica(self, collective):
-        """collective(replica context), run on this worker's replica, as a list."""
-        @tf.function
-        def run():
-            return collective(tf.distribute.get_replica_context())
-        return self.strategy.experimental_local_results(self.strategy.run(run))[0].numpy().tolist()
+    def _on_the_replica(self, kind, value):
+        """A start-up or controller collective (_COLLECTIVES[kind]) of value, run on this
+        worker's replica, as a list. Its tf.function is made once per kind and traced once
+        per shape: one made per call would register a new function in the eager context
+        each time (tfcomp.Auto's drift check calls this every replan_every steps)."""
+        function = self._collective_functions.get(kind)
+        if function is None:
+            collective = _COLLECTIVES[kind]
+            strategy = self.strategy
+
+            @tf.function
+            def function(x):
+                # tf.identity puts the argument on the replica's device: the collective's destination.
+                return strategy.run(lambda y: collective(tf.distribute.get_replica_context(), tf.identity(y)),
+                                    args=(x,))
+            self._collective_functions[kind] = function
+        return self.strategy.experimental_local_results(function(value))[0].numpy().tolist()
 
     def peer_identity(self):
         resolver = self.strategy.cluster_resolver

@@ -15,6 +15,7 @@ peer watches listen, and, per step, its collectives and where the compressor
 state lives.
 """
 import abc
+import json
 import os
 
 import tensorflow as tf
@@ -81,8 +82,8 @@ class Engine(abc.ABC):
                                                              self.mean_floats, self.gather_int, strategy=self.strategy)
 
     def _watch_peers(self):
-        listener, port = peers.listen()
         mine = list(self.peer_identity())
+        listener, port = peers.listen(self.describe_peer(mine)[2])
         rows = self.gather_ints([*mine, port, os.getpid()])
         n = len(mine)
         workers, hosts = [], []
@@ -90,8 +91,9 @@ class Engine(abc.ABC):
             name, address, host = self.describe_peer(row[:n])
             workers.append(peers.Peer(rank, name, address, row[n + 1]))
             hosts.append(host)
+        key = peers.job_key(json.dumps(rows).encode(), hosts)
         return peers.PeerWatch([row[:n] for row in rows].index(mine), workers, listener, hosts,
-                               [row[n] for row in rows], on_loss=self.on_peer_loss)
+                               [row[n] for row in rows], key, on_loss=self.on_peer_loss)
 
     def payload_bytes(self, variables):
         """Bytes one worker sends per step for these (trainable) variables."""

@@ -14,9 +14,28 @@ engine's on_loss (the tf.distribute engine aborts its collectives with that
 message, so the step fails at once with it instead of waiting for a timeout;
 where a collective already failed on the closed connection a moment before,
 the step's error is that one, and the log line tells what happened).
+
+Only the job's own workers get in. The watch listens on the worker's own
+cluster address (on every interface only where that address is not this
+machine's, as behind a service address), lets in connections from the
+cluster's addresses alone, and each side proves it belongs to this job before a
+connection counts: a challenge and response under the job's key, an HMAC-SHA256
+of what the workers gathered at start-up (every worker's identity, watch port
+and process id) under a secret from TFCOMP_PEER_SECRET (or Horovod's launcher's
+own secret). Without a secret the key rests on the gathered ports and process
+ids alone, which is enough on one machine; across machines, set
+TFCOMP_PEER_SECRET to the same value on every worker. Anything else (a
+stranger's connection, one that sends garbage, a wrong proof, or nothing for
+HANDSHAKE_TIMEOUT_SECONDS) is logged and dropped without touching training. The
+listening socket closes once every peer is in, so nothing can connect during
+training.
 """
 import atexit
 import dataclasses
+import hashlib
+import hmac
+import ipaddress
+import os
 import selectors
 import socket
 import struct
@@ -28,6 +47,13 @@ from absl import logging
 _GOODBYE = b"B"
 _RANK = struct.Struct("!i")
 CONNECT_TIMEOUT_SECONDS = 60.0
+HANDSHAKE_TIMEOUT_SECONDS = 5.0  # a connection that has not proved itself by then is dropped
+SECRET_ENVIRONMENT = "TFCOMP_PEER_SECRET"
+_HOROVOD_SECRET_ENVIRONMENT = "_HOROVOD_SECRET_KEY"  # horovodrun gives every rank its own job secret
+_MAGIC = b"tfcomp-peer-watch/1"
+_NONCE_BYTES = 16
+_PROOF_BYTES = hashlib.sha256().digest_size
+_HELLO_BYTES = _RANK.size + _NONCE_BYTES + _PROOF_BYTES
 EXIT_REPORT_SECONDS = 0.5  # how long an exiting worker waits for the watch to report a peer it saw close
 
 
@@ -51,19 +77,23 @@ class PeerWatch:
 
     listener: a bound, listening socket (from listen()), made before the
     workers shared their ports. peers[r] describes worker r; connect_hosts[r]
-    and ports[r] are where its watch listens.
+    and ports[r] are where its watch listens. key: the job's key (job_key),
+    the same on every worker.
     """
 
-    def __init__(self, rank, peers, listener, connect_hosts, ports, on_loss=None):
+    def __init__(self, rank, peers, listener, connect_hosts, ports, key, on_loss=None):
         self.rank = rank
         self.peers = peers
         self._listener = listener
+        self._key = key
+        self._allowed = cluster_networks(connect_hosts)
         self._on_loss = on_loss
         self._step_started = None  # a tf.Variable: the step being run, from mark_step
         self._exchanges_done = None  # the compressor state's step counter, when mark_step gets a variable
         self._sockets = {}  # rank -> socket
         self.left = set()  # ranks that said goodbye
         self.losses = []
+        self.ignored = []  # (address, why) of each connection the watch let not in
         self._lock = threading.Lock()
         self._closed = False
         self._connect(connect_hosts, ports)
@@ -98,33 +128,145 @@ class PeerWatch:
 
     def _connect(self, hosts, ports):
         deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
-        for other in range(self.rank):  # connect to the lower ranks, accept from the higher
-            while True:
-                try:
-                    sock = socket.create_connection((hosts[other], ports[other]), timeout=5)
-                    break
-                except OSError as error:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"tfcomp: cannot reach {self.peers[other].name}'s peer watch at "
-                            f"{hosts[other]}:{ports[other]} ({error}). Open that port range between the "
-                            f"workers, or pass watch_peers=False to do without lost-worker reports") from error
-                    time.sleep(0.2)
-            sock.sendall(_RANK.pack(self.rank))
-            self._sockets[other] = sock
-        self._listener.settimeout(max(1.0, deadline - time.monotonic()))
-        while len(self._sockets) < len(self.peers) - 1:
-            try:
-                sock, _ = self._listener.accept()
-            except socket.timeout as error:
-                missing = [p.name for p in self.peers if p.rank != self.rank and p.rank not in self._sockets]
-                raise RuntimeError(f"tfcomp: no peer-watch connection from {', '.join(missing)}") from error
-            sock.settimeout(10)
-            other = _RANK.unpack(_recv_exactly(sock, _RANK.size))[0]
-            self._sockets[other] = sock
-        self._listener.close()
+        try:
+            for other in range(self.rank):  # connect to the lower ranks, accept from the higher
+                self._sockets[other] = self._connect_to(other, hosts[other], ports[other], deadline)
+            self._accept_higher_ranks(deadline)
+        except BaseException:
+            for sock in self._sockets.values():
+                sock.close()
+            raise
+        finally:
+            self._listener.close()
         for sock in self._sockets.values():
             sock.settimeout(None)
+
+    def _connect_to(self, other, host, port, deadline):
+        """A proved connection to a lower rank's watch: answer its challenge, check its answer to ours."""
+        while True:
+            try:
+                sock = socket.create_connection((host, port), timeout=5)
+                break
+            except OSError as error:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"tfcomp: cannot reach {self.peers[other].name}'s peer watch at {host}:{port} ({error}). "
+                        f"Open that port range between the workers, or pass watch_peers=False to do without "
+                        f"lost-worker reports") from error
+                time.sleep(0.2)
+        try:
+            sock.settimeout(max(1.0, deadline - time.monotonic()))  # it may be connecting to its own lower ranks
+            challenge = _recv_exactly(sock, len(_MAGIC) + _NONCE_BYTES)
+            if not challenge.startswith(_MAGIC):
+                raise RuntimeError("what listens there is not a tfcomp peer watch")
+            mine = os.urandom(_NONCE_BYTES)
+            sock.sendall(_RANK.pack(self.rank) + mine + _proof(self._key, b"hello", challenge[len(_MAGIC):],
+                                                               self.rank))
+            if not hmac.compare_digest(_recv_exactly(sock, _PROOF_BYTES),
+                                       _proof(self._key, b"ack", mine, other)):
+                raise RuntimeError("it answered with a wrong proof")
+            return sock
+        except (OSError, RuntimeError) as error:
+            sock.close()
+            raise RuntimeError(
+                f"tfcomp: {self.peers[other].name}'s peer watch at {host}:{port} did not let this worker in, or "
+                f"did not prove it belongs to this job ({error}). Give every worker the same "
+                f"{SECRET_ENVIRONMENT}, and check that the workers reach each other from the addresses of the "
+                f"cluster spec; or pass watch_peers=False") from error
+
+    def _accept_higher_ranks(self, deadline):
+        """Lets in every higher rank that proves it belongs to this job, handshakes in
+        parallel, each within HANDSHAKE_TIMEOUT_SECONDS; anything else is logged and dropped."""
+        missing = {p.rank for p in self.peers if p.rank > self.rank}
+        if not missing:
+            return
+        selector = selectors.DefaultSelector()
+        self._listener.setblocking(False)
+        selector.register(self._listener, selectors.EVENT_READ)
+        pending = {}  # socket -> [address, our nonce, bytes received, deadline]
+
+        def drop(sock, why):
+            selector.unregister(sock)
+            address = pending.pop(sock)[0]
+            sock.close()
+            self._ignore(address, why)
+
+        try:
+            while missing:
+                now = time.monotonic()
+                for sock in [s for s, entry in pending.items() if entry[3] <= now]:
+                    drop(sock, f"no proof within {HANDSHAKE_TIMEOUT_SECONDS:g} s")
+                if now >= deadline:
+                    names = ", ".join(self.peers[r].name for r in sorted(missing))
+                    ignored = "; ".join(f"{a} ({why})" for a, why in self.ignored)
+                    raise RuntimeError(f"tfcomp: no peer-watch connection from {names}"
+                                       + (f"; connections let not in: {ignored}" if ignored else ""))
+                wake = min([deadline] + [entry[3] for entry in pending.values()])
+                for event, _ in selector.select(max(0.0, wake - now)):
+                    sock = event.fileobj
+                    if sock is self._listener:
+                        self._greet(selector, pending)
+                        continue
+                    try:
+                        data = sock.recv(_HELLO_BYTES - len(pending[sock][2]))
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        drop(sock, "closed before proving anything")
+                        continue
+                    pending[sock][2] += data
+                    if len(pending[sock][2]) < _HELLO_BYTES:
+                        continue
+                    hello, nonce = pending[sock][2], pending[sock][1]
+                    other = _RANK.unpack(hello[:_RANK.size])[0]
+                    theirs = hello[_RANK.size:_RANK.size + _NONCE_BYTES]
+                    if other not in missing or not hmac.compare_digest(
+                            hello[_RANK.size + _NONCE_BYTES:], _proof(self._key, b"hello", nonce, other)):
+                        drop(sock, "a wrong proof of belonging to this job")
+                        continue
+                    selector.unregister(sock)
+                    address = pending.pop(sock)[0]
+                    sock.setblocking(True)
+                    try:
+                        sock.sendall(_proof(self._key, b"ack", theirs, self.rank))
+                    except OSError as error:
+                        sock.close()
+                        self._ignore(address, f"closed as it was let in ({error})")
+                        continue
+                    self._sockets[other] = sock
+                    missing.discard(other)
+        finally:
+            for sock, (address, *_) in pending.items():
+                sock.close()
+                self._ignore(address, "still unproved when every peer was in")
+            selector.close()
+
+    def _greet(self, selector, pending):
+        """Accepts one connection: from a cluster address it gets a challenge, from elsewhere nothing."""
+        try:
+            sock, (address, _) = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        if not any(ipaddress.ip_address(address) in network for network in self._allowed):
+            sock.close()
+            self._ignore(address, "not one of the cluster's addresses")
+            return
+        nonce = os.urandom(_NONCE_BYTES)
+        try:
+            sock.sendall(_MAGIC + nonce)  # a fresh socket's buffer takes it at once
+        except OSError as error:
+            sock.close()
+            self._ignore(address, f"closed at once ({error})")
+            return
+        sock.setblocking(False)
+        pending[sock] = [address, nonce, b"", time.monotonic() + HANDSHAKE_TIMEOUT_SECONDS]
+        selector.register(sock, selectors.EVENT_READ)
+
+    def _ignore(self, address, why):
+        self.ignored.append((address, why))
+        logging.warning("tfcomp: the peer watch ignored a connection from %s: %s", address, why)
 
     def _watch(self):
         selector = selectors.DefaultSelector()
@@ -220,12 +362,64 @@ class PeerWatch:
             sock.close()
 
 
-def listen():
-    """A listening socket on a free port of every interface, and its port."""
+def listen(host=None):
+    """A listening socket on a free port of host's address (this worker's cluster
+    address), and its port; on every interface where host is None, or not an
+    address of this machine (behind a service address, say): the watch then
+    still lets in only the cluster's addresses."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("", 0))
+    address = ""
+    if host is not None:
+        try:
+            address = socket.gethostbyname(host)
+            sock.bind((address, 0))
+        except OSError as error:
+            logging.warning("tfcomp: the peer watch cannot listen on this worker's cluster address %s (%s); it "
+                            "listens on every interface and lets in only the cluster's addresses", host, error)
+            address = ""
+    if not address:
+        sock.bind(("", 0))
     sock.listen(64)
     return sock, sock.getsockname()[1]
+
+
+def job_key(description, hosts, secret=None):
+    """The key this job's workers prove they belong to it with: HMAC-SHA256 of
+    description (bytes every worker of the job holds alike: what the start-up
+    gathered) under secret (default: secret_from_environment())."""
+    secret = secret_from_environment() if secret is None else secret
+    if not secret and not all(network.is_loopback for network in cluster_networks(hosts)):
+        logging.warning("tfcomp: the peer watch's key rests on the workers' ports and process ids only: set %s "
+                        "to the same secret on every worker", SECRET_ENVIRONMENT)
+    return hmac.new(secret, description, hashlib.sha256).digest()
+
+
+def secret_from_environment():
+    """TFCOMP_PEER_SECRET, else the secret horovodrun gives its ranks, else none (b"")."""
+    for name in (SECRET_ENVIRONMENT, _HOROVOD_SECRET_ENVIRONMENT):
+        value = os.environ.get(name)
+        if value:
+            return value.encode()
+    return b""
+
+
+def cluster_networks(hosts):
+    """The addresses a peer's connection may come from: each host's IPv4 address,
+    and all of 127.0.0.0/8 when a host is on loopback (its peers connect from
+    whichever loopback address the kernel picks)."""
+    networks = set()
+    for host in hosts:
+        try:
+            address = ipaddress.ip_address(socket.gethostbyname(host))
+        except OSError as error:
+            raise RuntimeError(f"tfcomp: cannot resolve the worker address {host!r} for the peer watch ({error}); "
+                               f"fix the name or pass watch_peers=False") from error
+        networks.add(ipaddress.ip_network("127.0.0.0/8") if address.is_loopback else ipaddress.ip_network(address))
+    return networks
+
+
+def _proof(key, label, nonce, rank):
+    return hmac.new(key, label + nonce + _RANK.pack(rank), hashlib.sha256).digest()
 
 
 def ipv4_as_int(host):
