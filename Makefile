@@ -26,7 +26,7 @@ CUDA_ARCHS ?= 70 75 80 86 89 90
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PYTHON
 
-.PHONY: venv constraints build demo test pytest layering bazel-test sanitize cuda-check build-gpu bench clean
+.PHONY: venv constraints build demo test pytest layering netfaults bazel-test sanitize cuda-check build-gpu bench clean
 
 venv:
 	@tools/bootstrap_venv.sh --stack $(or $(STACK),pinned) $(VENV)
@@ -57,7 +57,7 @@ demo: build
 PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 ifneq ($(STACK),current)
-pytest: build layering
+pytest: build layering netfaults
 	$(PYTHON) -m pytest -q --durations=25 $(XDIST) tests
 
 # All tests: the Python suite, then the C++ op tests built with Bazel; without
@@ -92,6 +92,10 @@ pytest: build
 
 test: pytest
 endif
+
+# nftables for the fault tests' packet loss (tests/cluster/test_faults.py), as root.
+netfaults:
+	tools/setup_netfaults.sh
 
 # The layering contracts of pyproject.toml (import-linter); tests/test_layering.py
 # checks that tfcomp has no import cycle.

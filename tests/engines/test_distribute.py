@@ -4,8 +4,10 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 
@@ -14,6 +16,7 @@ import pytest
 
 import tfcomp
 from tfcomp.keras import version as keras_in_use
+from tfcomp.engines import peers
 from tests.cluster import processes
 from tests.cluster.local_cluster import ROOT, run_workers
 from tests.workers.workload import MOMENTUM_RUN, assert_identical_weights, assert_trains_like_dense_with_momentum
@@ -93,6 +96,12 @@ def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):
         # gradient + old residual == what was sent (mean|p| sign p) + new residual, per tensor
         assert worker["mass_error"] < 1e-5, worker["mass_error"]
         assert worker["compressed_tensors"] >= 2
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0])
+def test_a_heartbeat_timeout_must_be_positive(seconds):
+    with pytest.raises(ValueError, match="heartbeat_timeout_s must be a positive number of seconds"):
+        tfcomp.distribute.MultiWorkerMirroredStrategy(heartbeat_timeout_s=seconds)
 
 
 def test_unknown_compressor_fails_at_construction():
@@ -182,6 +191,51 @@ def test_a_killed_worker_fails_every_other_worker_with_its_name_and_step(tmp_pat
     # The step's error also carries the message where the watch aborted the collectives before one
     # failed on the closed connection (a race; the log line above is there either way).
     assert time.monotonic() - start < 150
+
+
+def test_strangers_at_the_peer_watch_during_start_up_and_training_change_nothing(tmp_path):
+    """While worker 1 waits to connect, strangers reach worker 0's peer watch: one closes,
+    one sends garbage, one claims a rank with a wrong proof, one says nothing. Then, as the
+    workers train, the watch's port refuses connections. Training ends on both workers,
+    nobody is reported lost, and the weights agree."""
+    outcome = {}
+    workers = threading.Thread(target=lambda: outcome.update(zip(
+        ("codes", "logs", "results"),
+        run_workers("tests.workers.mwms_worker", 2, ["--compression=EFSignSGD", "--steps=64",
+                                                     "--hold_peer_watch_s=4"], tmp_path))))
+    workers.start()
+    port = _peer_watch_port(tmp_path / "worker0.log")
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    held[0].close()
+    held[1].sendall(os.urandom(64))
+    held[2].sendall(peers._RANK.pack(1) + os.urandom(peers._NONCE_BYTES) + bytes(peers._PROOF_BYTES))
+    refused = 0
+    while workers.is_alive():  # worker 1 gets in; from then on nothing listens there
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            assert not refused, "the peer watch's port took a connection after it had closed"
+        except ConnectionRefusedError:
+            refused += 1
+        time.sleep(0.2)
+    for sock in held[1:]:
+        sock.close()
+    workers.join()
+    assert outcome["codes"] == [0, 0], "\n".join(log[-3000:] for log in outcome["logs"])
+    assert refused > 0
+    log = outcome["logs"][0]
+    assert log.count("the peer watch ignored a connection from 127.0.0.1") >= 4, log[-3000:]
+    assert "was lost" not in log and "was lost" not in outcome["logs"][1]
+    assert_identical_weights(outcome["results"])
+
+
+def _peer_watch_port(log_path, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"peer watch port (\d+)", log_path.read_text() if log_path.exists() else "")
+        if found:
+            return int(found.group(1))
+        time.sleep(0.05)
+    raise AssertionError(f"no peer watch port in {log_path}")
 
 
 def test_backup_and_restore_resumes_after_a_worker_is_killed(tmp_path):

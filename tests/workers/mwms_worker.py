@@ -4,6 +4,7 @@ comparison) and writes its losses and final weights as JSON."""
 import json
 import os
 import signal
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -13,6 +14,7 @@ import tfcomp
 from tfcomp.keras import version as keras_in_use
 from tfcomp.distribute import MultiWorkerMirroredStrategy
 
+from tests.cluster.step_times import StepTimes
 from tests.workers.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data, mixed_plan
 
 FLAGS = flags.FLAGS
@@ -35,16 +37,19 @@ flags.DEFINE_integer("warmup_steps", 0, "Dense warm-up steps.")
 flags.DEFINE_string("backup_dir", None, "Use BackupAndRestore with this directory.")
 flags.DEFINE_integer("kill_at", -1, "SIGKILL this process when it starts the step after this many.")
 flags.DEFINE_integer("interrupt_at", -1, "Stop the process (exit 3) at this step, after a backup.")
-flags.DEFINE_float("timeout", 60, "Collective timeout in seconds.")
+flags.DEFINE_float("timeout", 60, "Collective timeout in seconds (0: none).")
+flags.DEFINE_float("heartbeat_timeout_s", 60.0, "The strategy's heartbeat_timeout_s (0: None, TensorFlow's).")
 flags.DEFINE_bool("watch_peers", True, "The strategy's watch_peers (off: TensorFlow's own failure detection).")
 flags.DEFINE_string("save_dir", None, "model.save() here after training (every worker saves).")
 flags.DEFINE_string("load_weights", None, "model.load_weights() from this path before training.")
+flags.DEFINE_float("hold_peer_watch_s", 0, "Print this worker's peer-watch port, and wait this long before "
+                   "connecting to lower ranks' watches (keeps their listeners open: the stranger tests).")
 flags.DEFINE_bool("check_mass", False, "Custom loop: check error feedback's mass conservation on a last step.")
 
 
 
 def make_strategy():
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.timeout)
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.timeout or None)
     if FLAGS.strategy == "plain":
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     compressor = getattr(tfcomp, FLAGS.compression)
@@ -57,7 +62,8 @@ def make_strategy():
     return MultiWorkerMirroredStrategy(compressor, communication_options=options,
                                        min_compress_elements=FLAGS.min_compress_elements,
                                        selection=None if FLAGS.selection else False,
-                                       warmup_steps=FLAGS.warmup_steps, watch_peers=FLAGS.watch_peers)
+                                       warmup_steps=FLAGS.warmup_steps, watch_peers=FLAGS.watch_peers,
+                                       heartbeat_timeout_s=FLAGS.heartbeat_timeout_s or None)
 
 
 def kill():
@@ -112,7 +118,8 @@ def train_fit(strategy, x, y):
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     ds = ds.with_options(opts)
-    callbacks = []
+    timer = StepTimes()
+    callbacks = [StepLog(), timer]  # the log's read of the step counter waits for the step: the timer counts it
     if FLAGS.backup_dir:
         backup_dir = FLAGS.backup_dir
         if keras_in_use.in_use().major >= 3:  # Keras 3's BackupAndRestore writes from every worker alike
@@ -127,7 +134,7 @@ def train_fit(strategy, x, y):
         callbacks.append(variance)
     epochs = -(-FLAGS.steps // BATCHES_PER_EPOCH)
     history = model.fit(ds, epochs=epochs, verbose=0, callbacks=callbacks)
-    extra = {}
+    extra = {"step_times": timer.times}
     if FLAGS.optimizer == "frozen_adam":
         extra = {"variance_steps": model.optimizer.variance_steps, "variance_at_warmup_end": variance.sums,
                  "variance_at_end": variance_sums(model.optimizer)}
@@ -184,9 +191,37 @@ def check_mass(model, optimizer, strategy, step, iterator):
     return {"mass_error": worst, "compressed_tensors": len(residuals)}
 
 
+class StepLog(tf.keras.callbacks.Callback):
+    """A line per finished step (the optimizer's iterations), for tests that act mid-training."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        print(f"finished step {int(self.model.optimizer.iterations.numpy())} at {time.time():.3f}", flush=True)
+
+
+def hold_peer_watch(seconds):
+    """Each worker prints the port its peer watch listens on, and waits before
+    connecting to the lower ranks', so that a test can reach their listeners first."""
+    from tfcomp.engines import peers  # pylint: disable=import-outside-toplevel
+    listen, connect_to = peers.listen, peers.PeerWatch._connect_to  # pylint: disable=protected-access
+
+    def printing_listen(host=None):
+        sock, port = listen(host)
+        print(f"peer watch port {port}", flush=True)
+        return sock, port
+
+    def waiting_connect_to(self, *args):
+        time.sleep(seconds)
+        return connect_to(self, *args)
+
+    peers.listen = printing_listen
+    peers.PeerWatch._connect_to = waiting_connect_to  # pylint: disable=protected-access
+
+
 def main(argv):
     del argv
     x, y = data()
+    if FLAGS.hold_peer_watch_s:
+        hold_peer_watch(FLAGS.hold_peer_watch_s)
     strategy = make_strategy()
     model, optimizer, losses, extra = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, x, y)
     result = {"losses": losses, "weights": [w.tolist() for w in model.get_weights()], **extra}

@@ -5,13 +5,16 @@ rest of the program (TF_CONFIG, strategy.scope(), model.fit or strategy.run).
 import tensorflow as tf
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
-from tfcomp.distribute import gradient_calls, keras3_fit
+from tfcomp.distribute import coordination, gradient_calls, keras3_fit
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
 from tfcomp.distribute.engine import StrategyEngine
 from tfcomp.exchange import hooks
 from tfcomp.exchange.step import Exchange
 from tfcomp.keras import version as keras_in_use
 from tfcomp.state import keras3 as keras3_saving
+
+
+HEARTBEAT_TIMEOUT_S = 60.0
 
 
 class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
@@ -31,6 +34,15 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         once, with an error (and a log line before it) that names it and the
         step. Where a collective failed on the dead worker's connection a
         moment before, the error is that collective's, after the log line.
+    heartbeat_timeout_s: how long TensorFlow's coordination service waits for a
+        worker's heartbeat before it fails the job; None keeps TensorFlow's 10 s.
+        A link down for 5 s took 7-10 s to carry traffic again (TCP's
+        retransmissions back off meanwhile) and TensorFlow's default then
+        failed the job, where 60 s let it finish (docs/failures.md). Killed
+        workers are reported at once by the peer watch whatever this is; a
+        collective timeout (communication_options) still bounds a stalled step.
+        Applies only where the program has not configured the coordination
+        service itself.
     exchange_options: min_compress_elements, bucket_bytes, global_seed,
         selection, warmup_steps (see tfcomp.exchange.step.Exchange). Where tensor
         selection is on, the workers measure (or load) the compressor's
@@ -38,7 +50,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """
 
     def __init__(self, compression=None, cluster_resolver=None, communication_options=None, watch_peers=True,
-                 **exchange_options):
+                 heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, **exchange_options):
         if isinstance(compression, hooks.Controller):
             keras_in_use.require_keras2("tfcomp.Auto", "profiles model.fit with the Timeline, which instruments "
                                         "Keras 2's train function")
@@ -46,6 +58,9 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         if keras_in_use.in_use().major >= 3:
             keras3_saving.install()  # compressor state in Keras 3's save_weights, .keras and BackupAndRestore
         exchange = Exchange(compression, **exchange_options)
+        if heartbeat_timeout_s is not None:
+            cluster_resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            coordination.configure(cluster_resolver, heartbeat_timeout_s)
         super().__init__(cluster_resolver=cluster_resolver,
                          communication_options=communication_options)
         extended = self.extended
