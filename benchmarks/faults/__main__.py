@@ -38,6 +38,9 @@ flags.DEFINE_integer("rounds", 3, "Rounds; each runs every case once, in the sam
 flags.DEFINE_integer("steps", 160, "Training steps per run.", lower_bound=48)
 flags.DEFINE_string("compression", "EFSignSGD", "tfcomp compressor the workers run (mwms_worker's --compression).")
 flags.DEFINE_float("collective_timeout_s", 0.0, "The workers' collective timeout (0: none, the default).")
+flags.DEFINE_bool("pin_cores", True, "Each worker on cores of its own (the straggler's quota then halves its "
+                  "core); --nopin_cores leaves them where this process may run (under `taskset -c 0`: one core "
+                  "for both, a loaded machine).")
 flags.DEFINE_string("output", "benchmarks/results", "Directory for faults.md, .json and .png.")
 
 FINISHED = re.compile(r"finished step (\d+) at ([\d.]+)")
@@ -52,7 +55,7 @@ def run_case(case, work_dir):
         args.append("--heartbeat_timeout_s=0")
     log0 = pathlib.Path(work_dir) / "worker0.log"
     extra = {}
-    with netns_cluster.emulated_cluster(2, pin_cores=True) as cluster:  # a core each: the straggler gets half
+    with netns_cluster.emulated_cluster(2, pin_cores=FLAGS.pin_cores) as cluster:
         def train():
             return run_workers("tests.workers.mwms_worker", 2, args, work_dir, hosts=cluster.worker_hosts,
                                prefixes=[cluster.prefix(w) for w in range(2)], timeout=900, stop_on_failure_s=60,
@@ -96,7 +99,9 @@ def markdown(runs, machine, seconds):
              f"{machine['date']}; {machine['cpus']} CPUs ({machine['cpu']}), shared with other work; TensorFlow "
              f"{machine['tensorflow']}; {seconds / 60:.0f} minutes. Two tfcomp MultiWorkerMirroredStrategy workers on "
              f"the emulated cluster (a network namespace, address and unshaped veth link each) train the tests' MLP "
-             f"with {FLAGS.compression} for {FLAGS.steps} steps, each worker on a core of its own, collective timeout "
+             f"with {FLAGS.compression} for {FLAGS.steps} steps, "
+             f"{'each worker on a core of its own' if FLAGS.pin_cores else 'both workers on the CPUs this run was given'}"
+             f", collective timeout "
              f"{FLAGS.collective_timeout_s or 'none'}{' s' if FLAGS.collective_timeout_s else ''}; "
              f"{FLAGS.rounds} interleaved rounds, the clean link in every round. *ms/step*: worker 0's wall time "
              f"from step {FROM_STEP} to the last, per step (a stall counts, spread over the run); *median step*: the "

@@ -1,5 +1,6 @@
 """What a long run watches in each worker: resident memory, traces of the train
 step, TensorFlow functions and the ops of the train function's graph."""
+import gc
 import statistics
 import time
 
@@ -115,6 +116,7 @@ class LongRunProbe(tf.keras.callbacks.Callback):
         tracing_count = getattr(train_function, "experimental_get_tracing_count", None)
         self.samples.append({
             "step": step, "rss_kib": rss_kib(), "threads": thread_count(), "traces": self.counter["traces"],
+            "python_objects": len(gc.get_objects()),  # growth here is Python's; RSS growth without it is not
             "train_function_tracing_count": (0 if train_function is None else
                                              tracing_count() if tracing_count is not None else None),
             "context_functions": context_function_count(),
