@@ -9,10 +9,14 @@ wall time from the end of step 8 to the last step, over the steps between.
 
     python -m benchmarks.faults [--rounds=3] [--steps=160] [--cases=clean,loss1,loss5,flap5,straggler]
 
+A failed run (exit codes shown) is not timed.
+
 Writes <output>/faults.md, .json and .png.
 """
+import json
 import pathlib
 import re
+import shlex
 import statistics
 import tempfile
 import threading
@@ -42,6 +46,8 @@ flags.DEFINE_bool("pin_cores", True, "Each worker on cores of its own (the strag
                   "core); --nopin_cores leaves them where this process may run (under `taskset -c 0`: one core "
                   "for both, a loaded machine).")
 flags.DEFINE_string("output", "benchmarks/results", "Directory for faults.md, .json and .png.")
+flags.DEFINE_bool("report_only", False, "Rewrite faults.md and .png from the faults.json in --output, running "
+                  "nothing.")
 
 FINISHED = re.compile(r"finished step (\d+) at ([\d.]+)")
 FROM_STEP = 8  # the first steps trace and warm up
@@ -93,9 +99,9 @@ def run_case(case, work_dir):
     return result
 
 
-def markdown(runs, machine, seconds):
+def markdown(runs, machine, seconds, command):
     lines = ["# Time per step under network faults", "",
-             f"`{record.command_line('benchmarks.faults')}`", "",
+             f"`{command}`", "",
              f"{machine['date']}; {machine['cpus']} CPUs ({machine['cpu']}), shared with other work; TensorFlow "
              f"{machine['tensorflow']}; {seconds / 60:.0f} minutes. Two tfcomp MultiWorkerMirroredStrategy workers on "
              f"the emulated cluster (a network namespace, address and unshaped veth link each) train the tests' MLP "
@@ -111,7 +117,7 @@ def markdown(runs, machine, seconds):
              "|---|---|---|---|---|---|---|"]
     clean = statistics.median(r["ms_per_step"] for r in runs["clean"] if "ms_per_step" in r)
     for case, results in runs.items():
-        timed = [r for r in results if "ms_per_step" in r]
+        timed = [r for r in results if "ms_per_step" in r and r["outcome"] == "completed"]  # a failed run stopped
         outcomes = ", ".join(f"{n}x {o}" for o, n in _counts(r["outcome"] for r in results))
         if not timed:
             lines.append(f"| {case} | {CASES[case]} | {outcomes} | - | - | - | - |")
@@ -138,7 +144,7 @@ def plot(path, runs):
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for x, (case, results) in enumerate(runs.items()):
-        per = [r["ms_per_step"] for r in results if "ms_per_step" in r]
+        per = [r["ms_per_step"] for r in results if "ms_per_step" in r and r["outcome"] == "completed"]
         if per:
             ax.bar(x, statistics.median(per), color="tab:blue" if case == "clean" else "tab:orange", alpha=0.7)
             ax.plot([x] * len(per), per, "k.", ms=5)
@@ -156,6 +162,15 @@ def main(argv):
     unknown = [c for c in FLAGS.cases if c not in CASES]
     if unknown:
         raise app.UsageError(f"unknown cases {unknown}; choose from {list(CASES)}")
+    if FLAGS.report_only:
+        saved = json.loads((pathlib.Path(FLAGS.output) / "faults.json").read_text())
+        output = FLAGS.output
+        FLAGS.unparse_flags()  # the run's own flags, for the report's words
+        FLAGS(["faults", *shlex.split(saved["command"])[3:], f"--output={output}"])
+        plot(pathlib.Path(FLAGS.output) / "faults.png", saved["runs"])
+        (pathlib.Path(FLAGS.output) / "faults.md").write_text(
+            markdown(saved["runs"], saved["machine"], saved["seconds"], saved["command"]))
+        return
     reason = faults.root_only_reason()
     if reason:
         raise app.UsageError(f"cannot emulate faults here: {reason}")
@@ -172,9 +187,10 @@ def main(argv):
     out.mkdir(parents=True, exist_ok=True)
     plot(out / "faults.png", runs)
     machine = record.machine()
-    _, md_path = record.write_results(out, "faults", {"command": record.command_line("benchmarks.faults"),
-                                                      "machine": machine, "runs": runs},
-                                      markdown(runs, machine, time.monotonic() - started))
+    command, seconds = record.command_line("benchmarks.faults"), time.monotonic() - started
+    _, md_path = record.write_results(out, "faults", {"command": command, "machine": machine, "runs": runs,
+                                                      "seconds": seconds},
+                                      markdown(runs, machine, seconds, command))
     print(md_path.read_text())
 
 
