@@ -1,14 +1,7 @@
-"""The soak report's figures and checks (benchmarks/long_run/soak.py) on made-up samples."""
+"""The soak report's figures and checks (benchmarks/long_run/soak_report.py) on made-up samples."""
 import pytest
-from absl import flags
 
-from benchmarks.long_run import link_schedule, soak
-
-
-@pytest.fixture(autouse=True)
-def parsed_flags():
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS(["soak"])
+from benchmarks.long_run import link_schedule, soak_report as soak
 
 
 def worker(rss_mib_per_hour, step_ms_by_minute, traces=6):

@@ -20,6 +20,7 @@ flags.DEFINE_integer("hidden", 64, "Hidden units of the MLP.")
 flags.DEFINE_float("network_gbps", None, "Plan for a link of this bandwidth (default: measure the link).")
 flags.DEFINE_bool("slow_candidate", False, "The only candidate is FP16 made slow on purpose (a plan that loses).")
 flags.DEFINE_integer("replan_every", None, "Auto's replan_every.")
+flags.DEFINE_float("drift", 0.25, "Auto's drift.")
 flags.DEFINE_integer("trials", 3, "Auto's trials.")
 flags.DEFINE_integer("rounds", 2, "Auto's rounds (its check_steps are 4).")
 flags.DEFINE_integer("audit_steps", 0, "Auto's audit_steps.")
@@ -59,7 +60,7 @@ def make_auto():
     candidates = [SlowFP16()] if FLAGS.slow_candidate else None
     return tfcomp.Auto(candidates, network=network, profile_steps=4, warmup_steps=2, timeline_steps=2,
                        check_steps=4, trials=FLAGS.trials, rounds=FLAGS.rounds, audit_steps=FLAGS.audit_steps,
-                       replan_every=FLAGS.replan_every,
+                       replan_every=FLAGS.replan_every, drift=FLAGS.drift,
                        probe_max_bytes=256 << 10, runs=3)
 
 
