@@ -15,11 +15,9 @@ Writes <output>/faults.md, .json and .png.
 """
 import json
 import pathlib
-import re
 import shlex
 import statistics
 import tempfile
-import threading
 import time
 
 from absl import app, flags
@@ -49,7 +47,6 @@ flags.DEFINE_string("output", "benchmarks/results", "Directory for faults.md, .j
 flags.DEFINE_bool("report_only", False, "Rewrite faults.md and .png from the faults.json in --output, running "
                   "nothing.")
 
-FINISHED = re.compile(r"finished step (\d+) at ([\d.]+)")
 FROM_STEP = 8  # the first steps trace and warm up
 FLAP_AT_STEP, FLAP_SECONDS = 40, 5.0
 
@@ -71,24 +68,16 @@ def run_case(case, work_dir):
                 codes, logs, _ = train()
                 extra["packets_dropped"] = dropped()
         elif case in ("flap5", "flap5_tf_heartbeat"):
-            flap = faults.LinkFlap(cluster, 1, FLAP_SECONDS,
-                                   lambda: log0.exists() and f"finished step {FLAP_AT_STEP} at" in log0.read_text())
+            flap = faults.LinkFlap(cluster, 1, FLAP_SECONDS, faults.reached(log0, FLAP_AT_STEP))
             flap.start()
             codes, logs, _ = train()
             flap.stop()
         elif case == "straggler":
-            outcome = {}
-            runner = threading.Thread(target=lambda: outcome.update(result=train()))
-            runner.start()
-            log1 = pathlib.Path(work_dir) / "worker1.log"
-            while runner.is_alive() and not (log1.exists() and "finished step 1 at" in log1.read_text()):
-                time.sleep(0.05)
-            with faults.cpu_quota(faults.namespace_pids(cluster, 1), 0.5):
-                runner.join()
-            codes, logs, _ = outcome["result"]
+            (codes, logs, _), _ = faults.with_a_straggler(cluster, 1, train,
+                                                          faults.reached(pathlib.Path(work_dir) / "worker1.log", 1))
         else:
             codes, logs, _ = train()
-    steps = [(int(s), float(t)) for s, t in FINISHED.findall(logs[0])]
+    steps = faults.finished_steps(logs[0])
     timed = [(s, t) for s, t in steps if s >= FROM_STEP]
     gaps = [b[1] - a[1] for a, b in zip(timed, timed[1:])]
     result = {"outcome": "completed" if codes == [0, 0] else f"failed (exit codes {codes})",
@@ -163,7 +152,10 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"unknown cases {unknown}; choose from {list(CASES)}")
     if FLAGS.report_only:
-        saved = json.loads((pathlib.Path(FLAGS.output) / "faults.json").read_text())
+        path = pathlib.Path(FLAGS.output) / "faults.json"
+        if not path.exists():
+            raise app.UsageError(f"--report_only rewrites a report from {path}, which does not exist")
+        saved = json.loads(path.read_text())
         output = FLAGS.output
         FLAGS.unparse_flags()  # the run's own flags, for the report's words
         FLAGS(["faults", *shlex.split(saved["command"])[3:], f"--output={output}"])

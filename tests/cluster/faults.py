@@ -11,17 +11,26 @@ import threading
 import time
 import uuid
 
-from tests.cluster.netns_cluster import WORKER_DEVICE
+from tests.cluster.netns_cluster import WORKER_DEVICE, run_command
 
 CPU_CGROUP = pathlib.Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller, as on these machines
 CFS_PERIOD_US = 100_000
 
 
-def _run(*command):
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"`{' '.join(command)}` failed ({done.returncode}): {done.stderr.strip()}")
-    return done.stdout
+# tests/workers/mwms_worker.py's line per finished step.
+FINISHED = re.compile(r"finished step (\d+) at ([\d.]+)")
+
+
+def finished_steps(log_text):
+    """[(step, wall time it finished)] from a worker's log."""
+    return [(int(step), float(at)) for step, at in FINISHED.findall(log_text)]
+
+
+def reached(log_path, step):
+    """A function telling whether the worker logging to log_path has finished `step`."""
+    def ready():
+        return log_path.exists() and f"finished step {step} at" in log_path.read_text()
+    return ready
 
 
 @contextlib.contextmanager
@@ -38,7 +47,7 @@ def packet_loss(cluster, worker, percent):
                    capture_output=True)
 
     def dropped():
-        listing = _run("ip", "netns", "exec", namespace, "nft", "list", "table", "inet", "tfcomp_loss")
+        listing = run_command("ip", "netns", "exec", namespace, "nft", "list", "table", "inet", "tfcomp_loss")
         return sum(int(n) for n in re.findall(r"counter packets (\d+)", listing))
 
     try:
@@ -49,7 +58,7 @@ def packet_loss(cluster, worker, percent):
 
 
 def set_link(cluster, worker, up):
-    _run("ip", "-n", cluster.worker_namespace(worker), "link", "set", WORKER_DEVICE, "up" if up else "down")
+    run_command("ip", "-n", cluster.worker_namespace(worker), "link", "set", WORKER_DEVICE, "up" if up else "down")
 
 
 class LinkFlap(threading.Thread):
@@ -100,9 +109,25 @@ def cpu_quota(pids, cores):
             group.rmdir()
 
 
+def with_a_straggler(cluster, worker, train, ready, cores=0.5, timeout=120):
+    """Runs train() (which starts the workers and waits for them) and, once ready()
+    (the worker has started training), holds that worker to `cores` of CPU until
+    the end. Returns (what train returned, the quota's cpu.stat as a dict)."""
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.update(result=train()))
+    runner.start()
+    deadline = time.monotonic() + timeout
+    while runner.is_alive() and not ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with cpu_quota(namespace_pids(cluster, worker), cores) as group:
+        runner.join()
+        stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
+    return outcome["result"], stat
+
+
 def namespace_pids(cluster, worker):
     """The processes running in the worker's namespace."""
-    return [int(pid) for pid in _run("ip", "netns", "pids", cluster.worker_namespace(worker)).split()]
+    return [int(pid) for pid in run_command("ip", "netns", "pids", cluster.worker_namespace(worker)).split()]
 
 
 def root_only_reason():

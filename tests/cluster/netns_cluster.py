@@ -81,7 +81,7 @@ class Cluster:
     def link_stats(self, worker):
         """What the worker's device did so far: {"qdisc": its root qdisc ("tbf"
         when shaped), "rate": tc's rate or None, "sent_bytes", "dropped"}."""
-        text = _run("ip", "netns", "exec", self.worker_namespace(worker), "tc", "-s", "qdisc", "show",
+        text = run_command("ip", "netns", "exec", self.worker_namespace(worker), "tc", "-s", "qdisc", "show",
                     "dev", WORKER_DEVICE)
         words = text.split()
         rate = words[words.index("rate") + 1] if "rate" in words else None
@@ -102,7 +102,8 @@ def rate_gbps(rate):
     raise ValueError(f"a tc rate ends in {', '.join(units)}, got {rate!r}")
 
 
-def _run(*command):
+def run_command(*command):
+    """Runs a command; its stdout, or RuntimeError with its stderr."""
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(command)}` failed ({done.returncode}): {done.stderr.strip()}")
@@ -112,7 +113,7 @@ def _run(*command):
 def _subnet():
     """A /24 in 10.0.0.0/8 that no route of this machine covers."""
     taken = [ipaddress.ip_network(line.split()[0], strict=False)
-             for line in _run("ip", "-4", "route", "show").splitlines()
+             for line in run_command("ip", "-4", "route", "show").splitlines()
              if line and line.split()[0][0].isdigit()]
     rng = random.Random(uuid.uuid4().int)
     for _ in range(100):
@@ -123,7 +124,7 @@ def _subnet():
 
 
 def _shape(namespace, device, rate, verb="add"):
-    _run("ip", "netns", "exec", namespace, "tc", "qdisc", verb, "dev", device, "root", "tbf",
+    run_command("ip", "netns", "exec", namespace, "tc", "qdisc", verb, "dev", device, "root", "tbf",
          "rate", rate, "burst", BURST, "latency", LATENCY)
 
 
@@ -157,36 +158,36 @@ def emulated_cluster(num_workers, rate=None, pin_cores=False):
     created = []
     try:
         bridge = cluster.bridge_namespace
-        _run("ip", "netns", "add", bridge)
+        run_command("ip", "netns", "add", bridge)
         created.append(bridge)
-        _run("ip", "-n", bridge, "link", "add", "br0", "type", "bridge")
-        _run("ip", "-n", bridge, "link", "set", "br0", "up")
+        run_command("ip", "-n", bridge, "link", "add", "br0", "type", "bridge")
+        run_command("ip", "-n", bridge, "link", "set", "br0", "up")
         for w, host in enumerate(hosts):
             ns = cluster.worker_namespace(w)
-            _run("ip", "netns", "add", ns)
+            run_command("ip", "netns", "add", ns)
             created.append(ns)
             _resolve_hostname_to(ns, host)
             worker_end, bridge_end = f"{name}w{w}", bridge_device(name, w)  # at most 15 characters
-            _run("ip", "link", "add", worker_end, "type", "veth", "peer", "name", bridge_end)
-            _run("ip", "link", "set", worker_end, "netns", ns)
-            _run("ip", "link", "set", bridge_end, "netns", bridge)
-            _run("ip", "-n", ns, "link", "set", worker_end, "name", WORKER_DEVICE)
-            _run("ip", "-n", ns, "addr", "add", f"{host}/{net.prefixlen}", "dev", WORKER_DEVICE)
-            _run("ip", "-n", ns, "link", "set", WORKER_DEVICE, "up")
-            _run("ip", "-n", ns, "link", "set", "lo", "up")
-            _run("ip", "-n", bridge, "link", "set", bridge_end, "master", "br0")
-            _run("ip", "-n", bridge, "link", "set", bridge_end, "up")
+            run_command("ip", "link", "add", worker_end, "type", "veth", "peer", "name", bridge_end)
+            run_command("ip", "link", "set", worker_end, "netns", ns)
+            run_command("ip", "link", "set", bridge_end, "netns", bridge)
+            run_command("ip", "-n", ns, "link", "set", worker_end, "name", WORKER_DEVICE)
+            run_command("ip", "-n", ns, "addr", "add", f"{host}/{net.prefixlen}", "dev", WORKER_DEVICE)
+            run_command("ip", "-n", ns, "link", "set", WORKER_DEVICE, "up")
+            run_command("ip", "-n", ns, "link", "set", "lo", "up")
+            run_command("ip", "-n", bridge, "link", "set", bridge_end, "master", "br0")
+            run_command("ip", "-n", bridge, "link", "set", bridge_end, "up")
             if rate:
                 _shape(ns, WORKER_DEVICE, rate)
                 _shape(bridge, bridge_end, rate)
         launcher_end, launcher_bridge_end = f"{name}l", f"{name}lb"
-        _run("ip", "link", "add", launcher_end, "type", "veth", "peer", "name", launcher_bridge_end)
+        run_command("ip", "link", "add", launcher_end, "type", "veth", "peer", "name", launcher_bridge_end)
         created.append(launcher_end)  # deleting either end deletes the pair
-        _run("ip", "link", "set", launcher_bridge_end, "netns", bridge)
-        _run("ip", "-n", bridge, "link", "set", launcher_bridge_end, "master", "br0")
-        _run("ip", "-n", bridge, "link", "set", launcher_bridge_end, "up")
-        _run("ip", "addr", "add", f"{cluster.launcher_host}/{net.prefixlen}", "dev", launcher_end)
-        _run("ip", "link", "set", launcher_end, "up")
+        run_command("ip", "link", "set", launcher_bridge_end, "netns", bridge)
+        run_command("ip", "-n", bridge, "link", "set", launcher_bridge_end, "master", "br0")
+        run_command("ip", "-n", bridge, "link", "set", launcher_bridge_end, "up")
+        run_command("ip", "addr", "add", f"{cluster.launcher_host}/{net.prefixlen}", "dev", launcher_end)
+        run_command("ip", "link", "set", launcher_end, "up")
         yield cluster
     finally:
         _remove(created)
@@ -231,6 +232,6 @@ _OURS = re.compile(r"tfc[0-9a-f]{6}(-br|-w\d+|[wb]\d+|lb?)$")
 
 def leftovers():
     """Namespaces and links this module made that still exist (none, after every cluster)."""
-    namespaces = [line.split()[0] for line in _run("ip", "netns", "list").splitlines()]
-    links = [line.split(":")[1].strip().split("@")[0] for line in _run("ip", "-o", "link", "show").splitlines()]
+    namespaces = [line.split()[0] for line in run_command("ip", "netns", "list").splitlines()]
+    links = [line.split(":")[1].strip().split("@")[0] for line in run_command("ip", "-o", "link", "show").splitlines()]
     return [name for name in namespaces + links if _OURS.match(name)]

@@ -7,8 +7,6 @@ timeout with a message that names the worker or its peer's address, leaves
 nothing running, and resumes from BackupAndRestore to the weights of a run that
 was never interrupted. Time per step under each fault:
 benchmarks/faults (docs/failures.md)."""
-import re
-import threading
 import time
 
 import pytest
@@ -24,23 +22,11 @@ STEPS = 48  # 6 epochs of 8 steps: BackupAndRestore backs up at each epoch's end
 FAULT_AT_STEP = 16
 TIMEOUT_S = 10  # the collective timeout the workers run with
 ARGS = ["--compression=EFSignSGD", f"--steps={STEPS}", f"--timeout={TIMEOUT_S}"]
-FINISHED = re.compile(r"finished step (\d+) at ([\d.]+)")
 
 
 def train_on(cluster, out_dir, args=(), timeout=300):
     return run_workers("tests.workers.mwms_worker", 2, [*ARGS, *args], out_dir, hosts=cluster.worker_hosts,
                        prefixes=[cluster.prefix(w) for w in range(2)], timeout=timeout, stop_on_failure_s=60)
-
-
-def finished_steps(log_text):
-    """[(step, wall time it finished)] from a worker's log."""
-    return [(int(step), float(at)) for step, at in FINISHED.findall(log_text)]
-
-
-def reached(log_path, step):
-    def ready():
-        return log_path.exists() and f"finished step {step} at" in log_path.read_text()
-    return ready
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +73,11 @@ def train_through(cluster, tmp_path, clean, fault, args=()):
     assert fault.down_at is not None, "the fault never struck"
     if codes == [0, 0]:
         assert_completed_like_clean(codes, logs, results, clean)
-        return "completed", finished_steps(logs[0])
+        return "completed", faults.finished_steps(logs[0])
     assert_failed_cleanly(cluster, codes, logs, fault, ended)
     codes, logs, resumed = train_on(cluster, tmp_path / "resumed", [backup])
     assert_completed_like_clean(codes, logs, resumed, clean)
-    return "failed and resumed", finished_steps(logs[0])
+    return "failed and resumed", faults.finished_steps(logs[0])
 
 
 @pytest.mark.parametrize("percent", [1, 5])
@@ -106,7 +92,7 @@ def test_a_link_down_for_5_s_mid_training_completes(tmp_path, clean):
     """With no collective timeout, and the strategy's 60 s coordination heartbeat
     (TensorFlow's 10 s failed the job: benchmarks/results/faults.md)."""
     with netns_cluster.emulated_cluster(2) as cluster:
-        flap = faults.LinkFlap(cluster, 1, 5.0, reached(tmp_path / "faulty" / "worker0.log", FAULT_AT_STEP))
+        flap = faults.LinkFlap(cluster, 1, 5.0, faults.reached(tmp_path / "faulty" / "worker0.log", FAULT_AT_STEP))
         outcome, steps = train_through(cluster, tmp_path, clean, flap, ["--timeout=0"])
     assert outcome == "completed"
     # The step in flight when the link went down waited for it.
@@ -115,22 +101,14 @@ def test_a_link_down_for_5_s_mid_training_completes(tmp_path, clean):
 
 def test_a_link_down_past_the_collective_timeout_fails_cleanly_and_resumes(tmp_path, clean):
     with netns_cluster.emulated_cluster(2) as cluster:
-        flap = faults.LinkFlap(cluster, 1, 4 * TIMEOUT_S, reached(tmp_path / "faulty" / "worker0.log", FAULT_AT_STEP))
+        flap = faults.LinkFlap(cluster, 1, 4 * TIMEOUT_S, faults.reached(tmp_path / "faulty" / "worker0.log", FAULT_AT_STEP))
         outcome, _ = train_through(cluster, tmp_path, clean, flap)
     assert outcome == "failed and resumed"
 
 
 def test_training_completes_with_a_straggler_on_half_a_core(tmp_path, clean):
     with netns_cluster.emulated_cluster(2) as cluster:
-        outcome = {}
-        runner = threading.Thread(target=lambda: outcome.update(result=train_on(cluster, tmp_path)))
-        runner.start()
-        ready, deadline = reached(tmp_path / "worker1.log", 1), time.monotonic() + 120
-        while not ready() and runner.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with faults.cpu_quota(faults.namespace_pids(cluster, 1), 0.5) as group:
-            runner.join()
-            stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
-    codes, logs, results = outcome["result"]
+        (codes, logs, results), stat = faults.with_a_straggler(
+            cluster, 1, lambda: train_on(cluster, tmp_path), faults.reached(tmp_path / "worker1.log", 1))
     assert_completed_like_clean(codes, logs, results, clean)
     assert int(stat["nr_throttled"]) > 0  # the quota held the straggler back
