@@ -96,12 +96,12 @@ def test_ctrl_c_removes_the_cluster_and_its_workers(tmp_path):
     while time.monotonic() < deadline and not running("benchmarks.e2e.worker"):
         time.sleep(0.5)
     assert running("benchmarks.e2e.worker"), "the workers never started"
-    assert netns_cluster.leftovers()
+    assert netns_cluster.made_by(proc.pid)
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail("the harness did not exit within 60 s of SIGINT:\n" + log_path.read_text()[-4000:])
-    assert netns_cluster.leftovers() == []
+    assert netns_cluster.made_by(proc.pid) == [] and netns_cluster.leftovers() == []
     assert running("benchmarks.e2e.worker") == []

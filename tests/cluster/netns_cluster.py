@@ -33,6 +33,10 @@ BURST = f"{BURST_BYTES // 1024}kb"
 LATENCY = "10ms"
 WORKER_DEVICE = "eth0"
 NETNS_ETC = pathlib.Path("/etc/netns")
+# Each live cluster's maker: a file per cluster holding the pid of the process that
+# made it, so that one test's check for leftovers does not count a cluster another
+# test (in another pytest-xdist worker) is still using.
+MAKERS = pathlib.Path("/run/tfcomp-clusters")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +160,8 @@ def emulated_cluster(num_workers, rate=None, pin_cores=False):
     hosts = [str(net[i + 1]) for i in range(num_workers)]
     cluster = Cluster(name, tuple(hosts), str(net[254]), rate, disjoint_cores(num_workers) if pin_cores else ())
     created = []
+    MAKERS.mkdir(parents=True, exist_ok=True)
+    (MAKERS / name).write_text(str(os.getpid()))
     try:
         bridge = cluster.bridge_namespace
         run_command("ip", "netns", "add", bridge)
@@ -191,6 +197,7 @@ def emulated_cluster(num_workers, rate=None, pin_cores=False):
         yield cluster
     finally:
         _remove(created)
+        (MAKERS / name).unlink(missing_ok=True)
 
 
 def bridge_device(cluster_name, worker):
@@ -227,11 +234,45 @@ def _remove(created):
             subprocess.run(["ip", "link", "delete", entry], capture_output=True)
 
 
-_OURS = re.compile(r"tfc[0-9a-f]{6}(-br|-w\d+|[wb]\d+|lb?)$")
+_OURS = re.compile(r"(?P<cluster>tfc[0-9a-f]{6})(-br|-w\d+|[wb]\d+|lb?)$")
 
 
 def leftovers():
-    """Namespaces and links this module made that still exist (none, after every cluster)."""
+    """Namespaces and links this module made that still exist although the process
+    that made them has exited (none, after every cluster). Clusters of running
+    processes are theirs, not leftovers: see made_by."""
+    return [name for name in _ours() if not _running(_maker(name))]
+
+
+def made_by(pid):
+    """Namespaces and links of the clusters process pid made that still exist."""
+    return [name for name in _ours() if _maker(name) == pid]
+
+
+def _ours():
     namespaces = [line.split()[0] for line in run_command("ip", "netns", "list").splitlines()]
     links = [line.split(":")[1].strip().split("@")[0] for line in run_command("ip", "-o", "link", "show").splitlines()]
     return [name for name in namespaces + links if _OURS.match(name)]
+
+
+def _maker(name):
+    """The pid that made the cluster a name belongs to, or None where none is recorded."""
+    try:
+        return int((MAKERS / _OURS.match(name).group("cluster")).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _running(pid):
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) has exited
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

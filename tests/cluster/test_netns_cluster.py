@@ -1,9 +1,17 @@
 """How an emulated cluster places its workers: their command prefix and their
-cores (no root needed; tests/benchmarks/test_e2e.py runs workers on a real cluster)."""
+cores (no root needed), and which clusters count as left behind (root; tests/benchmarks/test_e2e.py
+runs workers on a real cluster)."""
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
 from tests.cluster import netns_cluster
 from tests.cluster.launcher import Launcher
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("workers, available, expected", [
@@ -34,3 +42,33 @@ def test_pinned_workers_keep_two_inter_op_threads_and_the_launcher_passes_them_o
     assert netns_cluster.Cluster("tfcx", hosts, "10.0.0.254", None).worker_env == {}
     launcher = Launcher("tf.distribute", 2, cluster=one_core_each, env={"TF_CPU_ALLOCATOR_USE_BFC": "true"})
     assert launcher.env == {"TF_NUM_INTEROP_THREADS": "2", "TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
+
+_MAKE_AND_WAIT = """
+import sys, time
+from tests.cluster import netns_cluster
+with netns_cluster.emulated_cluster(1) as cluster:
+    print(cluster.name, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="emulating a cluster needs root (network namespaces, veth)")
+def test_a_cluster_is_a_leftover_only_once_the_process_that_made_it_is_gone():
+    maker = subprocess.Popen([sys.executable, "-c", _MAKE_AND_WAIT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    name = maker.stdout.readline().strip()
+    try:
+        assert name.startswith("tfc"), "the cluster was not made"
+        # Running: its cluster is its own, not a leftover for another test's check.
+        theirs = netns_cluster.made_by(maker.pid)
+        assert sorted(theirs) == sorted([f"{name}-br", f"{name}-w0", f"{name}l"])
+        assert not set(theirs) & set(netns_cluster.leftovers())
+        maker.kill()  # no clean-up runs: what it made is left behind
+        maker.wait()
+        assert set(theirs) <= set(netns_cluster.leftovers())
+    finally:
+        maker.kill()
+        maker.wait()
+        netns_cluster._remove([f"{name}l", f"{name}-w0", f"{name}-br"])
+        (netns_cluster.MAKERS / name).unlink(missing_ok=True)
+    assert not set(theirs) & set(netns_cluster.leftovers())
