@@ -1,6 +1,7 @@
 import os
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -32,7 +33,15 @@ def pytest_collection_modifyitems(config, items):
     import importlib.util  # pylint: disable=import-outside-toplevel
     if importlib.util.find_spec("horovod") is not None:
         return
-    import pytest  # pylint: disable=import-outside-toplevel
     for item in items:
         if item.get_closest_marker("horovod") is not None:
             item.add_marker(pytest.mark.skip(reason=HOROVOD_MISSING))
+
+
+@pytest.fixture
+def compress_from_the_first_step(monkeypatch):
+    """For tests of what compression does to a step: compressors whose dense warm-up is
+    one epoch (the default) start at the first step where no epoch is known, as with
+    warmup_steps=0. Tests of the warm-up itself do not use it."""
+    from tfcomp.exchange import step  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(step, "UNKNOWN_EPOCH_STEPS", 0)

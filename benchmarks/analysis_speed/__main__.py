@@ -87,7 +87,7 @@ def planning_times():
 
 def measure(profile_path, profile, out_dir):
     compressors = ",".join(profile.compressors)
-    predict = ["predict", f"--profile={profile_path}", "--workers=16", f"--compressor={compressors}"]
+    predict = ["predict", f"--profile={profile_path}", "--workers=16", f"--compressors={compressors}"]
     bandwidths = ",".join(f"{b:.6g}" for b in np.logspace(-1, 2, BANDWIDTHS))
     sweep = ["whatif", f"--profile={profile_path}", f"--output={out_dir}", f"--bandwidths_gbps={bandwidths}",
              f"--workers={','.join(map(str, WORKERS))}", f"--compressors={compressors}"]

@@ -2,6 +2,9 @@
 
     python -m benchmarks.convergence                  # everything (about 35 minutes on 2 cores)
     python -m benchmarks.convergence --tasks=mlp --optimizers=sgd_momentum --settings=recommended
+    # every compressor by its bare name, judged against 99% of dense's final accuracy:
+    python -m benchmarks.convergence --settings=defaults --name=convergence_defaults --seeds=3 \
+        --target_fraction=0.99 --tolerance=0.005
 
 For each task x optimizer (SGD with momentum 0.9, Adam; the learning rate
 cosine-decayed to 0) x compressor at its recommended and its aggressive
@@ -12,7 +15,9 @@ workers run in one process (tfcomp.testing.emulated_training). Writes
 convergence.{md,json} and one PNG per task x optimizer under --out.
 
 Verdict "like dense": final accuracy within --tolerance of dense and steps to
-the target at most --max_step_ratio x dense's.
+the target at most --max_step_ratio x dense's, warm-up steps counted. The target
+is the task's own accuracy, or with --target_fraction that fraction of dense's
+final accuracy (mean over seeds).
 """
 import json
 import math
@@ -37,7 +42,9 @@ def define_flags():
     flags.DEFINE_list("settings", ["recommended", "optimizer_momentum", "masking", "candidates", "buckets",
                                     "low_rank_takeover",
                                     "acpsgd_rank4", "other_warmup", "ratio_0.01", "plain_adam", "aggressive"],
-                      "Compressor settings to run: recommended, optimizer_momentum (the recommended ones with "
+                      "Compressor settings to run: defaults (every compressor by its bare name, as "
+                      "compression=tfcomp.X runs it; not run by default: its results are "
+                      "convergence_defaults.md), recommended, optimizer_momentum (the recommended ones with "
                       "momentum=None, under SGD), masking (the sparsifiers at the momentum_masking values 0, 0.5 "
                       "and 1 other than their default, under SGD), candidates (DGC with its threshold aimed at "
                       "its slots, candidates_per_slot=1, as in its paper; DRAGONN at 1 and 3 candidates per slot), "
@@ -65,6 +72,8 @@ def define_flags():
                          "0: each task's own (11 on the digits tasks, every 2 steps; 8 on the language model, every "
                          "8 steps).", lower_bound=0)
     flags.DEFINE_float("tolerance", 0.01, "Final accuracy this close to dense counts as dense's.")
+    flags.DEFINE_float("target_fraction", 0.0, "Count steps to this fraction of dense's final accuracy (0.99); "
+                       "0: to each task's own target accuracy.", lower_bound=0.0, upper_bound=1.0)
     flags.DEFINE_float("max_step_ratio", 1.3, "Steps to target at most this many times dense's counts as dense's.")
     flags.DEFINE_string("out", "benchmarks/results", "Where convergence.{md,json} and the PNGs go.")
     flags.DEFINE_string("name", "convergence", "Base name of the result files.")
@@ -117,7 +126,22 @@ def settings(task, optimizer_name):
         ("PowerSGD(4)", lambda: tfcomp.PowerSGD(4), {**warm, **adam}),
         ("ACPSGD(8)", lambda: tfcomp.ACPSGD(8), {**warm, **adam}),
     ]
+    # What compression=tfcomp.X runs: each compressor's own defaults, the dense epoch they ask
+    # for included. SignSGD keeps its own learning rate (the optimizer's setting, not the
+    # compressor's); under Adam the error-feedback compressors run under FrozenVarianceAdam,
+    # which freezes the variance where their warm-up ends (EFSignSGD asks for none: it
+    # needs one named there).
+    frozen = {} if sgd else {"frozen_variance": True}
+    defaults = [
+        ("FP16", tfcomp.FP16, {}),
+        ("SignSGD", tfcomp.SignSGD, {"learning_rate": task.learning_rate(optimizer_name, "SignSGD")}),
+        ("EFSignSGD", tfcomp.EFSignSGD, {}) if sgd else
+        ("EFSignSGD, an epoch dense", tfcomp.EFSignSGD, {"warmup_epochs": 1, "frozen_variance": True}),
+        *((name, getattr(tfcomp, name), frozen) for name in ("TopK", "RandomK", "DGC", "DRAGONN", "PowerSGD",
+                                                           "ACPSGD")),
+    ]
     return {
+        "defaults": defaults,
         "recommended": recommended,
         "optimizer_momentum": [
             ("EFSignSGD(momentum=None)", lambda: tfcomp.EFSignSGD(momentum=None), warm),
@@ -179,21 +203,33 @@ def _sparsifier(name, **knobs):
     return lambda: getattr(tfcomp, name)(0.1, **knobs)
 
 
-def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, frozen_variance=False):
-    """The configuration trained once per seed: mean final accuracy and curve, median steps to target."""
+def run_one(task, optimizer_name, factory, learning_rate=None, warmup_epochs=0, frozen_variance=False,
+            target=None):
+    """The configuration trained once per seed: mean final accuracy and curve, median steps to
+    target (the task's own where None)."""
     seeds = FLAGS.seeds or task.seeds
     runs = [train_seed(task, optimizer_name, factory, seed, learning_rate, warmup_epochs, frozen_variance,
                        workers=FLAGS.workers, epochs_scale=FLAGS.epochs_scale,
                        evals_per_epoch=FLAGS.evals_per_epoch)
             for seed in range(1, seeds + 1)]
-    reached = sorted(r["steps_to_target"] if r["steps_to_target"] is not None else math.inf for r in runs)
-    median = statistics.median(reached)
-    return {"steps": runs[0]["steps"], "metric": [statistics.fmean(m) for m in zip(*(r["metric"] for r in runs))],
-            "final": statistics.fmean(r["final"] for r in runs),
-            "steps_to_target": None if math.isinf(median) else median,
-            "per_seed": [{"final": r["final"], "steps_to_target": r["steps_to_target"]} for r in runs],
-            "learning_rate": runs[0]["learning_rate"], "warmup_steps": runs[0]["warmup_steps"],
-            "seconds": round(sum(r["seconds"] for r in runs), 1)}
+    run = {"steps": runs[0]["steps"], "metric": [statistics.fmean(m) for m in zip(*(r["metric"] for r in runs))],
+           "final": statistics.fmean(r["final"] for r in runs), "curves": [r["metric"] for r in runs],
+           "learning_rate": runs[0]["learning_rate"], "warmup_steps": runs[0]["warmup_steps"],
+           "seconds": round(sum(r["seconds"] for r in runs), 1)}
+    return counted_to(run, task.target if target is None else target)
+
+
+def steps_to(steps, metric, target):
+    """The first step whose held-out metric reached target, or None."""
+    return next((s for s, m in zip(steps, metric) if m >= target), None)
+
+
+def counted_to(run, target):
+    """run with its steps to target: each seed's, and their median (None where most never reached it)."""
+    per_seed = [steps_to(run["steps"], curve, target) for curve in run["curves"]]
+    median = statistics.median(sorted(math.inf if s is None else s for s in per_seed))
+    return {**run, "target": target, "steps_to_target": None if math.isinf(median) else median,
+            "per_seed": [{"final": curve[-1], "steps_to_target": s} for curve, s in zip(run["curves"], per_seed)]}
 
 
 def _commands(block):
@@ -241,36 +277,51 @@ def verdict(run, dense):
     return close and fast
 
 
+def _final(run):
+    """The mean final accuracy, with the seeds' range where there are several."""
+    finals = [seed["final"] for seed in run["per_seed"]]
+    spread = f" ({min(finals):.3f}-{max(finals):.3f})" if len(finals) > 1 else ""
+    return f"{run['final']:.3f}{spread}"
+
+
 def _steps(steps):
     return "never" if steps is None else f"{steps:g}"
 
 
 def markdown(results):
+    target_words = (f"{FLAGS.target_fraction:g} of dense's final accuracy" if FLAGS.target_fraction
+                    else "each task's own")
     lines = [f"# Convergence against dense training\n",
              f"`{record.command_line('benchmarks.convergence')}`\n",
              f"{FLAGS.workers} emulated workers, every eligible tensor compressed (selection off), "
              "learning rate cosine-decayed to 0, held-out accuracy evaluated every few steps (each block says "
              "how many). Each configuration runs once per seed (model initialisation "
-             "and data order): final accuracy is the mean over seeds, steps to target the median ('never' when "
-             "most seeds never reach it), the plotted curve the mean. Like dense: final held-out accuracy within "
-             f"{FLAGS.tolerance:g} of dense's and steps to the target at most {FLAGS.max_step_ratio:g}x dense's.\n",
+             "and data order): final accuracy is the mean over seeds (the seeds' range beside it), steps to target "
+             "the median ('never' when most seeds never reach it), the plotted curve the mean. Steps count from "
+             "the first, dense warm-up steps included. Like dense: final held-out accuracy within "
+             f"{FLAGS.tolerance:g} of dense's and steps to the target ({target_words}) at most "
+             f"{FLAGS.max_step_ratio:g}x dense's.\n",
              f"Machine: {json.dumps(record.machine())}\n"]
     for key, block in results.items():
         task = TASKS[block["task"]]
         dense = block["dense"]
-        lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {task.target}, "
+        target = block.get("target", task.target)
+        lines += [f"\n## {task.describe}, {block['optimizer']} (target accuracy {target:g}, "
                   f"{len(dense['per_seed'])} seed{'s' if len(dense['per_seed']) > 1 else ''})\n"]
         if "command" in block:  # the runs that made this block (--merge keeps rows of earlier runs)
             lines += [f"`{command}` ({date})\n" for command, date in _commands(block)]
-        lines += [f"Held-out accuracy evaluated every {dense['steps'][1] - dense['steps'][0]} steps.\n"]
+        every = dense['steps'][1] - dense['steps'][0]
+        resolution = (f": one evaluation is {100 * every / dense['steps_to_target']:.1f}% of dense's steps to the "
+                      "target" if dense["steps_to_target"] else "")
+        lines += [f"Held-out accuracy evaluated every {every} steps{resolution}.\n"]
         lines += ["| setting | compressor | dense warm-up steps | final | vs dense | steps to target | x dense "
                   "| like dense |",
                   "|---|---|---|---|---|---|---|---|",
-                  f"| | dense | | {dense['final']:.3f} | | {_steps(dense['steps_to_target'])} | 1.00 | |"]
+                  f"| | dense | | {_final(dense)} | | {_steps(dense['steps_to_target'])} | 1.00 | |"]
         for run in block["runs"]:
             ratio = (f"{run['steps_to_target'] / dense['steps_to_target']:.2f}"
                      if run["steps_to_target"] and dense["steps_to_target"] else "never")
-            lines.append(f"| {run['setting']} | {run['label']} | {run['warmup_steps']} | {run['final']:.3f} | "
+            lines.append(f"| {run['setting']} | {run['label']} | {run['warmup_steps']} | {_final(run)} | "
                          f"{run['final'] - dense['final']:+.3f} | {_steps(run['steps_to_target'])} | {ratio} | "
                          f"{'yes' if run['like_dense'] else 'no'} |")
         lines.append(f"\n![{key}]({key}.png)\n")
@@ -314,6 +365,10 @@ def main(argv):
         for optimizer_name in FLAGS.optimizers:
             key = f"{FLAGS.name}_{task_name}_{optimizer_name}"
             dense = run_one(task, optimizer_name, None)
+            target = task.target
+            if FLAGS.target_fraction:
+                target = round(FLAGS.target_fraction * dense["final"], 4)
+                dense = counted_to(dense, target)
             print(f"[{task_name} {optimizer_name}] dense: final {dense['final']:.3f}, "
                   f"target at step {dense['steps_to_target']} ({dense['seconds']} s)", flush=True)
             runs = []
@@ -322,7 +377,7 @@ def main(argv):
                 for label, factory, options in chosen[setting]:
                     if FLAGS.compressors and _compressor(label) not in FLAGS.compressors:
                         continue
-                    run = run_one(task, optimizer_name, factory, **options)
+                    run = run_one(task, optimizer_name, factory, **options, target=target)
                     run.update(setting=setting, label=label)
                     run["like_dense"] = verdict(run, dense)
                     runs.append(run)
@@ -330,7 +385,7 @@ def main(argv):
                           f"({run['final'] - dense['final']:+.3f}), target at step {run['steps_to_target']}"
                           f" -> {'like dense' if run['like_dense'] else 'NOT like dense'} ({run['seconds']} s)",
                           flush=True)
-            block = {"task": task_name, "optimizer": optimizer_name, "dense": dense, "runs": runs,
+            block = {"task": task_name, "optimizer": optimizer_name, "dense": dense, "runs": runs, "target": target,
                      "command": record.command_line("benchmarks.convergence"), "machine": record.machine()}
             results[key] = (merged_block(results[key], block, FLAGS.settings, FLAGS.compressors)
                             if key in results else block)

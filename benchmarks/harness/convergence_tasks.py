@@ -114,4 +114,4 @@ def train_seed(task, optimizer_name, factory, seed, learning_rate=None, warmup_e
                     warmup_steps=warmup_epochs * steps_per_epoch)
     return {"steps": history.steps, "metric": history.metric, "final": history.final,
             "steps_to_target": history.steps_to(task.target), "learning_rate": lr,
-            "warmup_steps": warmup_epochs * steps_per_epoch, "seconds": time.perf_counter() - start}
+            "warmup_steps": history.warmup_steps, "seconds": time.perf_counter() - start}

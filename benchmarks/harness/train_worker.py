@@ -50,12 +50,14 @@ flags.DEFINE_integer("auto_replan_every", None, "With --compression=auto: tfcomp
 # A step of signSGD moves every weight by the full learning rate.
 LEARNING_RATE_SCALE = {"SignSGD": 0.02}
 def strategy_options(spec):
-    """The compressor (a spec for tfcomp.compressors.registry.parse_compressor; the main
-    job's ratio and rank unless given: compression_specs.compressor), and for the sparsifiers tensor selection
+    """The compressor (a spec for tfcomp.compressors.registry.parse_compressor: a bare name
+    is the compressor at its defaults), and for the sparsifiers tensor selection
     planned for this link; 'plan:PATH' is the tfcomp.Plan that `python -m
     tfcomp.analysis plan --output=PATH` wrote, 'auto' a tfcomp.Auto() (whose
-    callback the worker adds: auto_of)."""
-    options = {"check_finite": FLAGS.check_finite}
+    callback the worker adds: auto_of). Where --steps_per_epoch is given, it is the
+    epoch of the compressors' default dense start, as Keras counts it; otherwise the
+    strategy learns one pass over the training data."""
+    options = {"check_finite": FLAGS.check_finite, "steps_per_epoch": FLAGS.steps_per_epoch}
     if compression_specs.is_plan(spec):
         return {"compression": tfcomp.Plan.load(compression_specs.plan_path(spec)), **options}
     if spec == compression_specs.AUTO:

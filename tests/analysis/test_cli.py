@@ -84,7 +84,7 @@ def fixture_fixed_profile_path(tmp_path):
      Link(30e-6, 2.5e8), Link(40e-6, 2.5e8), CycleFusion(0.002, 8e6)),
 ], ids=["measured-links", "bandwidth-and-latency", "horovod-fusion"])
 def test_predict_json_is_simulate_profile(extra, link, allgather_link, fusion):
-    status, out, err = run_cli("predict", f"--profile={SYNTHETIC}", "--workers=16", "--compressor=PowerSGD,TopK",
+    status, out, err = run_cli("predict", f"--profile={SYNTHETIC}", "--workers=16", "--compressors=PowerSGD,TopK",
                                "--json", *extra)
     assert status == 0, err
     printed = json.loads(out)
@@ -105,7 +105,7 @@ def test_predict_json_is_simulate_profile(extra, link, allgather_link, fusion):
 
 
 def test_predict_table_shows_the_breakdown_and_the_speedups():
-    status, out, err = run_cli("predict", f"--profile={SYNTHETIC}", "--workers=8", "--compressor=SignSGD",
+    status, out, err = run_cli("predict", f"--profile={SYNTHETIC}", "--workers=8", "--compressors=SignSGD",
                                "--bandwidth_gbps=1")
     assert status == 0, err
     results = {name: simulate_profile(Profile.load(SYNTHETIC), 8, compressor=c, link=Link.from_gbit(1, 30e-6),
@@ -251,7 +251,7 @@ def _write_json(path, data):
     (["predict", "--profile={missing}", "--workers=4"], "cannot read profile .*missing.json: No such file"),
     (["predict", "--profile={other_format}", "--workers=4"], "not a tfcomp analysis profile"),
     (["predict", "--profile={version_2}", "--workers=4"], "profile version 2 is not supported"),
-    (["predict", "--profile={synthetic}", "--workers=4", "--compressor=PowerSGD,DGC"],
+    (["predict", "--profile={synthetic}", "--workers=4", "--compressors=PowerSGD,DGC"],
      "no compressor 'DGC' .it has: FP16, PowerSGD, SignSGD, TopK."),
     (["whatif", "--profile={synthetic}", "--compressors=ACPSGD", "--output={tmp}"], "no compressor 'ACPSGD'"),
     (["predict", "--profile={synthetic}", "--workers=4", "--bandwidth_gbps=0"], "--bandwidth_gbps must be .* > 0"),
@@ -330,7 +330,7 @@ def test_predict_imports_neither_numpy_nor_absl_app(tmp_path):
     missing = tmp_path / "missing.json"
     code = ("import sys\n"
             "from tfcomp.analysis.cli import main as cli\n"
-            f"assert cli.main(['x', 'predict', '--profile={SYNTHETIC}', '--workers=8', '--compressor=TopK']) == 0\n"
+            f"assert cli.main(['x', 'predict', '--profile={SYNTHETIC}', '--workers=8', '--compressors=TopK']) == 0\n"
             f"assert cli.main(['x', 'predict', '--profile={missing}', '--workers=8']) == 1\n"
             "loaded = [m for m in ('numpy', 'absl.app', 'matplotlib', 'tensorflow') if m in sys.modules]\n"
             "assert not loaded, loaded\n")
@@ -348,12 +348,12 @@ def test_a_compressor_named_without_its_settings_is_its_one_measured_variant(tmp
     path = tmp_path / "profile.json"
     profile = _with_settings_in_names(synthetic_profile(), PowerSGD="PowerSGD:rank=4", TopK="TopK:ratio=0.01")
     profile.save(path)
-    bare = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD,TopK", "--json")
-    full = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD:rank=4,TopK:ratio=0.01",
+    bare = run_cli("predict", f"--profile={path}", "--workers=8", "--compressors=PowerSGD,TopK", "--json")
+    full = run_cli("predict", f"--profile={path}", "--workers=8", "--compressors=PowerSGD:rank=4,TopK:ratio=0.01",
                    "--json")
     assert bare[0] == 0 and bare == full
     assert set(json.loads(bare[1])["results"]) == {"dense", "PowerSGD:rank=4", "TopK:ratio=0.01"}
-    twice = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD,PowerSGD:rank=4")
+    twice = run_cli("predict", f"--profile={path}", "--workers=8", "--compressors=PowerSGD,PowerSGD:rank=4")
     assert twice[0] == 1 and "named twice" in twice[2]
 
 
@@ -365,6 +365,6 @@ def test_a_bare_name_with_two_measured_variants_is_an_error_listing_them(tmp_pat
         "PowerSGD:rank=8": dataclasses.replace(profile.compressors["PowerSGD"], name="PowerSGD:rank=8")})
     del profile.compressors["PowerSGD"]
     profile.save(path)
-    status, out, err = run_cli("predict", f"--profile={path}", "--workers=8", "--compressor=PowerSGD")
+    status, out, err = run_cli("predict", f"--profile={path}", "--workers=8", "--compressors=PowerSGD")
     assert status == 1 and not out
     assert "has no compressor 'PowerSGD'" in err and "PowerSGD:rank=4, PowerSGD:rank=8" in err

@@ -262,7 +262,7 @@ def test_plan_command_prints_the_plan_and_writes_json(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--workers=0"], "--workers must be an integer >= 1"),
-    (["--workers=4", "--candidates=Nope"], "has no compressor 'Nope'"),
+    (["--workers=4", "--compressors=Nope"], "has no compressor 'Nope'"),
     (["--workers=4", "--bandwidth_gbps=-1"], "--bandwidth_gbps must be a finite number > 0"),
 ])
 def test_plan_command_refuses_bad_input_in_one_line(tmp_path, args, message):

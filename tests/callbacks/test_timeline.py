@@ -19,6 +19,8 @@ from tfcomp.state.variables import CompressionState
 from tfcomp.testing.emulator import Emulator
 from tests.cluster.local_cluster import run_workers
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 COMPRESSORS = [None, tfcomp.NoCompression, tfcomp.FP16, tfcomp.SignSGD, tfcomp.EFSignSGD,
                tfcomp.TopK(ratio=0.1), tfcomp.RandomK(ratio=0.1), tfcomp.DGC(ratio=0.1),
                tfcomp.DRAGONN(ratio=0.1), tfcomp.PowerSGD(2), tfcomp.ACPSGD(2)]
@@ -318,7 +320,7 @@ def test_model_fit_under_tf_distributes_own_strategy(tmp_path):
 
 
 def test_custom_loop_on_two_workers_through_warmup_and_alternating_phases(tmp_path):
-    results = run_timeline_workers(tmp_path, compression="ACPSGD", loop="custom", warmup_steps=3, hidden=256,
+    results = run_timeline_workers(tmp_path, compression="ACPSGD:warmup_steps=0", loop="custom", warmup_steps=3, hidden=256,
                                    steps=8, start_step=1, num_steps=7)
     for result in results:
         doc, rows = read_files(result["paths"])

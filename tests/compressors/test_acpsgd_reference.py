@@ -16,6 +16,8 @@ import tensorflow as tf
 import tfcomp
 from tfcomp.testing import Emulator
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 
 def orthogonalize(x):
     if x.shape[1] == 1:

@@ -11,6 +11,8 @@ from tfcomp.compressors.lowrank import matrix_shape, orthonormalize
 from tfcomp.exchange.step import Exchange
 from tfcomp.testing import Emulator
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 SHAPE = (64, 48)
 
 
@@ -189,8 +191,13 @@ def test_start_powersgd_iter_sends_dense_first():
         if step < 2:
             np.testing.assert_allclose(out, np.mean([x[0].numpy() for x in g], axis=0), rtol=1e-6)
     assert [b for _, b in emu.traffic] == [SHAPE[0] * SHAPE[1] * 4] * 2 + [SHAPE[0] * 2 * 4, SHAPE[1] * 2 * 4]
-    with pytest.raises(ValueError, match="start_powerSGD_iter must be an integer >= 0"):
-        tfcomp.PowerSGD(start_powerSGD_iter=-1)
+    # start_powerSGD_iter (PyTorch's hook's name) is warmup_steps
+    assert tfcomp.PowerSGD(2, start_powerSGD_iter=2).config() == tfcomp.PowerSGD(2, warmup_steps=2).config()
+    for bad in (-1, 1.5, "one", True):
+        with pytest.raises(ValueError, match="warmup_steps is the dense steps before compression starts"):
+            tfcomp.PowerSGD(start_powerSGD_iter=bad)
+    with pytest.raises(TypeError, match="start_powerSGD_iter= is warmup_steps="):
+        tfcomp.PowerSGD(start_powerSGD_iter=2, warmup_steps=2)
 
 
 @pytest.mark.parametrize("cls", [tfcomp.PowerSGD, tfcomp.ACPSGD], ids=lambda c: c.__name__)

@@ -2,14 +2,18 @@
 momentum (worker-side velocity, error feedback on the update), and hand the
 optimizer what its own momentum turns back into the averaged update."""
 
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfcomp
-from tfcomp.keras.optimizers import advice, sgd_momentum
+from tfcomp.keras.optimizers import advice, advise_on_settings, settings_advice, sgd_momentum
 from tfcomp.testing import Emulator
 from tfcomp.keras.optimizers import bind_exchange
+
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
 
 BETA = 0.9
 LR = 0.1
@@ -129,14 +133,27 @@ def test_advice_names_what_to_change():
     clipped = tf.keras.optimizers.SGD(LR, momentum=BETA, global_clipnorm=1.0)
     assert "global_clipnorm" in advice(tfcomp.DGC(0.01), clipped)
     assert advice(tfcomp.DGC(0.1, momentum=None), clipped) is None
-    # under SGD: the sparsifiers at ratio 0.1 after a dense warm-up; RandomK not at all
-    assert "ratio>=0.1" in advice(tfcomp.TopK(0.01), sgd) and "warm-up" not in advice(tfcomp.TopK(0.01), sgd)
-    assert "warm-up" in advice(tfcomp.DGC(0.1), sgd, warmup_steps=0)
-    both = advice(tfcomp.DRAGONN(0.001), sgd, warmup_steps=0)
-    assert "ratio>=0.1" in both and "warm-up" in both
-    for warmup in (None, 22):  # nothing to change: the recommended setting trained like dense
-        assert advice(tfcomp.TopK(0.1), sgd, warmup_steps=warmup) is None
-    assert "TopK, DGC and DRAGONN" in advice(tfcomp.RandomK(0.1), sgd, warmup_steps=22)
+    # Under SGD the defaults (ratio 0.1, PowerSGD(4), ACPSGD(8), a dense epoch) have nothing to change.
+    for compressor in (tfcomp.TopK(), tfcomp.DGC(), tfcomp.DRAGONN(), tfcomp.PowerSGD(), tfcomp.ACPSGD()):
+        assert advice(compressor, sgd, warmup_steps=22) is None
     assert advice(tfcomp.EFSignSGD(), sgd, warmup_steps=0) is None  # it starts best without one
-    assert advice(tfcomp.PowerSGD(4), sgd, warmup_steps=0) is None
     assert advice(tfcomp.PowerSGD(4), sgd, warmup_steps=22) is None and advice(tfcomp.FP16(), sgd) is None
+
+
+def test_settings_advice_names_what_to_change_whatever_the_optimizer(caplog):
+    # Said when the engine is made, before any worker trains.
+    assert "ratio>=0.1" in settings_advice(tfcomp.TopK(0.01)) and "warm-up" not in settings_advice(tfcomp.TopK(0.01))
+    assert "warm-up" in settings_advice(tfcomp.DGC(0.1, warmup_steps=0))
+    both = settings_advice(tfcomp.DRAGONN(0.001, warmup_steps=0))
+    assert "ratio>=0.1" in both and "warm-up" in both
+    assert "rank>=8" in settings_advice(tfcomp.ACPSGD(4)) and "rank>=4" in settings_advice(tfcomp.PowerSGD(rank=1))
+    assert "warm-up" in settings_advice(tfcomp.PowerSGD(start_powerSGD_iter=0))
+    assert "TopK, DGC and DRAGONN" in settings_advice(tfcomp.RandomK())
+    for bare in (tfcomp.FP16, tfcomp.SignSGD, tfcomp.EFSignSGD, tfcomp.TopK, tfcomp.DGC, tfcomp.DRAGONN,
+                 tfcomp.PowerSGD, tfcomp.ACPSGD, tfcomp.NoCompression):
+        assert settings_advice(bare()) is None, bare
+    assert settings_advice(tfcomp.DGC(warmup_steps=50)) is None  # a warm-up of the user's own length
+    with caplog.at_level(logging.WARNING):
+        advise_on_settings([tfcomp.ACPSGD(2), tfcomp.ACPSGD(2), tfcomp.TopK()])
+    said = [r.getMessage() for r in caplog.records if "rank>=8" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("tfcomp: ACPSGD(matrix_approximation_rank=2")

@@ -8,6 +8,8 @@ from tfcomp.compressors.base import TensorContext
 from tfcomp.exchange.step import FINITE_FLAG_BYTES
 from tfcomp.testing import Emulator
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 SHAPE = (120, 250)
 SPARSIFIERS = [tfcomp.TopK, tfcomp.RandomK, tfcomp.DGC, tfcomp.DRAGONN]
 

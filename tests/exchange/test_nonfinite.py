@@ -9,6 +9,8 @@ import tfcomp
 from tfcomp.exchange.step import FINITE_FLAG_BYTES, Exchange
 from tfcomp.testing import Emulator
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 SHAPES = [(256, 128), (128,), (3, 3, 8, 16)]
 NAMES = ["dense/kernel", "dense/bias", "conv/kernel"]
 K = 2

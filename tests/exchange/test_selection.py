@@ -15,6 +15,8 @@ from tfcomp.exchange.selection import (PROFILE_SIZES, CompressionProfile, Effici
 from tfcomp.testing import Emulator
 from tfcomp.keras.optimizers import bind_exchange
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 NET = Network(bandwidth_gbps=8.0, latency_us=100.0)  # 1e9 bytes/s, 1e-4 s
 
 
@@ -161,7 +163,9 @@ def test_warmup_sends_dense_then_compresses():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0"),
+    ({"warmup_steps": -1}, "warmup_steps is the dense steps before compression starts"),
+    ({"warmup_steps": "two epochs"}, "an integer >= 0 or 'epoch'"),
+    ({"steps_per_epoch": 0}, "steps_per_epoch must be an integer >= 1 or None"),
 ])
 def test_bad_warmup_is_rejected(options, message):
     with pytest.raises(ValueError, match=message):

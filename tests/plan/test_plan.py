@@ -17,6 +17,8 @@ from tests.cluster.horovod_cluster import horovodrun
 from tests.cluster.local_cluster import run_workers
 from tests.workers.workload import PLAN_MIN_COMPRESS_ELEMENTS, assert_identical_weights, mixed_plan
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 K = 2
 # Two PowerSGD tensors of one shape (batched together), an EFSignSGD tensor of
 # that shape too (not batched with them), ACPSGD (two phases) beside one-phase
@@ -89,11 +91,11 @@ def test_none_means_dense_in_the_exchange_and_eligibility_still_applies():
 
 
 def test_repr_and_config_keep_the_order_given():
-    p = tfcomp.Plan({"z*": tfcomp.PowerSGD(4), "a": None}, default=tfcomp.FP16())
-    assert repr(p) == "Plan({'z*': PowerSGD(matrix_approximation_rank=4), 'a': None}, default=FP16())"
+    p = tfcomp.Plan({"z*": tfcomp.PowerSGD(2), "a": None}, default=tfcomp.FP16())
+    assert repr(p) == "Plan({'z*': PowerSGD(matrix_approximation_rank=2), 'a': None}, default=FP16())"
     config = p.config()
     assert [key for key, _ in config["choices"]] == ["z*", "a"]
-    assert config["choices"][0][1]["matrix_approximation_rank"] == 4 and config["choices"][1][1] is None
+    assert config["choices"][0][1]["matrix_approximation_rank"] == 2 and config["choices"][1][1] is None
     assert config["default"] == {"name": "FP16"}
 
 
@@ -104,7 +106,7 @@ def test_table_says_what_each_tensor_runs_with_and_sends():
     lines = text.splitlines()
     assert lines[0].split() == ["tensor", "shape", "MiB", "runs", "with", "sent/step"]
     row = dict((line.split()[0], line) for line in lines[2:])
-    assert "PowerSGD(matrix_approximation_rank=4)" in row["dense/kernel:0"]
+    assert "PowerSGD()" in row["dense/kernel:0"]  # at its defaults: rank 4
     assert row["dense/kernel:0"].endswith(f"{4 * 4 * (256 + 128):,} B")  # P and Q
     assert "dense (EFSignSGD(): 1-D)" in row["dense/bias:0"] and row["dense/bias:0"].endswith("512 B")
     assert "dense (EFSignSGD(): under 1024 elements)" in row["out/kernel:0"]

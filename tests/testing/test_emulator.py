@@ -9,6 +9,8 @@ import tfcomp
 from tfcomp.testing import Emulator
 from tfcomp.testing.emulator import inter_op_threads
 
+pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+
 
 def test_compiled_emulator_steps_equal_eager_ones():
     k = min(3, inter_op_threads())  # a waiting worker holds an inter-op thread

@@ -58,7 +58,7 @@ class Interrupt(tf.keras.callbacks.Callback):
 def make_auto():
     network = tfcomp.Network(FLAGS.network_gbps, 50.0) if FLAGS.network_gbps else None
     candidates = [SlowFP16()] if FLAGS.slow_candidate else None
-    return tfcomp.Auto(candidates, network=network, profile_steps=4, warmup_steps=2, timeline_steps=2,
+    return tfcomp.Auto(candidates, network=network, profile_steps=4, untimed_steps=2, timeline_steps=2,
                        check_steps=4, trials=FLAGS.trials, rounds=FLAGS.rounds, audit_steps=FLAGS.audit_steps,
                        replan_every=FLAGS.replan_every, drift=FLAGS.drift,
                        probe_max_bytes=256 << 10, runs=3)

@@ -15,13 +15,14 @@ from absl import app, flags, logging
 import tfcomp
 import tfcomp.horovod
 
+from tests.workers import workload
 from tests.workers.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data, mixed_plan
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for rank<r>.json.")
 flags.DEFINE_enum("engine", "tfcomp", ["tfcomp", "horovod"], "tfcomp's wrapper or hvd.DistributedOptimizer.")
 flags.DEFINE_string("compression", "NoCompression",
-                    "tfcomp compressor class name, or hvd.none / hvd.fp16 for Horovod's.")
+                    "A tfcomp compressor spec ('DGC', 'DGC:warmup_steps=0'), or hvd.none / hvd.fp16 for Horovod's.")
 flags.DEFINE_bool("plan", False,
                   "Compress with tests.workers.workload.mixed_plan() (a tfcomp.Plan), not --compression.")
 flags.DEFINE_string("rank1_compression", None, "Rank 1 asks for this compression instead (disagreement test).")
@@ -35,6 +36,7 @@ flags.DEFINE_float("ratio", None, "The sparsifiers' ratio.")
 flags.DEFINE_integer("rank", None, "The low-rank compressors' rank.")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_integer("warmup_steps", 0, "Dense warm-up steps (exchange option).")
+flags.DEFINE_integer("steps_per_epoch", 0, "Steps in an epoch, for a warm-up of one (exchange option; 0: not given).")
 flags.DEFINE_integer("backward_passes_per_step", 1, "Local gradient accumulation.")
 flags.DEFINE_bool("horovod_callbacks", False, "Broadcast, metric average and learning-rate warm-up callbacks.")
 flags.DEFINE_string("backup_dir", None, "BackupAndRestore into <dir>/rank<r>.")
@@ -66,17 +68,12 @@ def compression():
     name = FLAGS.rank1_compression if FLAGS.rank1_compression and hvd.rank() == 1 else FLAGS.compression
     if name.startswith("hvd."):
         return getattr(hvd.Compression, name[4:])
-    compressor = getattr(tfcomp, name)
-    if FLAGS.ratio is not None:
-        compressor = compressor(ratio=FLAGS.ratio)
-    if FLAGS.rank is not None:
-        compressor = compressor(matrix_approximation_rank=FLAGS.rank)
-    return compressor
+    return workload.compressor(name, FLAGS.ratio, FLAGS.rank)
 
 
 def exchange_options():
     return {"min_compress_elements": FLAGS.min_compress_elements, "selection": False,
-            "warmup_steps": FLAGS.warmup_steps}
+            "warmup_steps": FLAGS.warmup_steps, "steps_per_epoch": FLAGS.steps_per_epoch or None}
 
 
 def wrap(optimizer):
@@ -185,6 +182,7 @@ def main(argv):
     result["state_step"] = int(state.step.numpy()) if state is not None else None
     if FLAGS.engine == "tfcomp":
         result["payload_bytes"] = optimizer.tfcomp_engine.payload_bytes(model.trainable_variables)
+        result["warmup_steps"] = optimizer.tfcomp_engine.exchange.warmup_steps
     out = pathlib.Path(FLAGS.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{hvd.rank()}.json").write_text(json.dumps(result))

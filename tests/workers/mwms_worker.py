@@ -15,12 +15,13 @@ from tfcomp.keras import version as keras_in_use
 from tfcomp.distribute import MultiWorkerMirroredStrategy
 
 from tests.cluster.step_times import StepTimes
+from tests.workers import workload
 from tests.workers.workload import BATCHES_PER_EPOCH, GLOBAL_BATCH, build_model, data, mixed_plan
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path.")
 flags.DEFINE_enum("strategy", "tfcomp", ["tfcomp", "plain"], "Which MultiWorkerMirroredStrategy.")
-flags.DEFINE_string("compression", "NoCompression", "tfcomp compressor class name.")
+flags.DEFINE_string("compression", "NoCompression", "A tfcomp compressor spec ('DGC', 'DGC:warmup_steps=0').")
 flags.DEFINE_bool("plan", False,
                   "Compress with tests.workers.workload.mixed_plan() (a tfcomp.Plan), not --compression.")
 flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run + apply_gradients.")
@@ -52,11 +53,7 @@ def make_strategy():
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=FLAGS.timeout or None)
     if FLAGS.strategy == "plain":
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    compressor = getattr(tfcomp, FLAGS.compression)
-    if FLAGS.ratio is not None:
-        compressor = compressor(ratio=FLAGS.ratio)
-    if FLAGS.rank is not None:
-        compressor = compressor(matrix_approximation_rank=FLAGS.rank)
+    compressor = workload.compressor(FLAGS.compression, FLAGS.ratio, FLAGS.rank)
     if FLAGS.plan:
         compressor = mixed_plan()
     return MultiWorkerMirroredStrategy(compressor, communication_options=options,
@@ -236,6 +233,7 @@ def main(argv):
             result["saved_variables"] = tf.train.list_variables(f"{path}/variables/variables")
     if FLAGS.strategy == "tfcomp":
         result["payload_bytes"] = strategy.payload_bytes(model.trainable_variables)
+        result["warmup_steps"] = strategy.exchange.warmup_steps
         state = getattr(optimizer, "tfcomp_state", None)
         result["state_step"] = int(state.step.numpy()) if state is not None else None
     with open(FLAGS.out, "w") as f:

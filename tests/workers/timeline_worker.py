@@ -11,11 +11,14 @@ from absl import app, flags
 
 import tfcomp
 from tests.cluster.step_times import StepTimes
+from tests.workers import workload
+from tfcomp.compressors.sparse import Sparsifier
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Result JSON path.")
 flags.DEFINE_string("timeline", None, "Timeline path (directory or NAME.json).")
-flags.DEFINE_string("compression", "NoCompression", "tfcomp compressor class name, or 'plain' for tf.distribute's strategy.")
+flags.DEFINE_string("compression", "NoCompression", "A tfcomp compressor spec ('ACPSGD:warmup_steps=0'), or 'plain' for "
+                    "tf.distribute's strategy.")
 flags.DEFINE_enum("loop", "fit", ["fit", "custom"], "model.fit or strategy.run + apply_gradients.")
 flags.DEFINE_integer("steps", 12, "Training steps.")
 flags.DEFINE_integer("start_step", 2, "Timeline window start.")
@@ -44,9 +47,9 @@ def make_strategy():
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=60)
     if FLAGS.compression == "plain":
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    compressor = getattr(tfcomp, FLAGS.compression)
-    if compressor in (tfcomp.DGC, tfcomp.DRAGONN, tfcomp.TopK, tfcomp.RandomK):
-        compressor = compressor(ratio=0.01)
+    compressor = workload.compressor(FLAGS.compression)
+    if isinstance(compressor, Sparsifier):
+        compressor = workload.compressor(FLAGS.compression, ratio=0.01)
     return tfcomp.distribute.MultiWorkerMirroredStrategy(
         compressor, communication_options=options, selection=False, warmup_steps=FLAGS.warmup_steps)
 

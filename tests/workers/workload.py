@@ -24,6 +24,14 @@ def build_model(hidden=64):
                                 tf.keras.layers.Dense(10)])
 
 
+def compressor(spec, ratio=None, rank=None):
+    """The compressor a worker's flags name: a spec as the library reads it ('DGC',
+    'ACPSGD:warmup_steps=0'), with --ratio and --rank where given."""
+    from tfcomp.compressors import registry  # pylint: disable=import-outside-toplevel
+    knobs = ([f"ratio={ratio}"] if ratio is not None else []) + ([f"rank={rank}"] if rank is not None else [])
+    return registry.parse_compressor(":".join([spec, *knobs]))
+
+
 def mixed_plan():
     """The tfcomp.Plan of the workers' --plan runs: ACPSGD (two phases, allreduce) on the
     hidden kernel, EFSignSGD (allgather) on the output kernel, the biases dense."""
@@ -62,3 +70,14 @@ def assert_trains_like_dense_with_momentum(train, tmp_path, dense, compression, 
     dense_accuracy, accuracy = training_accuracy(dense[0]["weights"]), training_accuracy(ours[0]["weights"])
     assert dense_accuracy > 0.9, dense_accuracy
     assert accuracy >= dense_accuracy - MOMENTUM_TOLERANCE, (accuracy, dense_accuracy)
+    return ours
+
+
+def assert_compressed_after_an_epoch(results, compression):
+    """The default dense start was one epoch of the workload, then compressed steps
+    (fewer bytes than dense: the 64x64 kernel, the one tensor over 1024 elements)."""
+    dense_bytes = 4 * (64 * 64 + 64 + 64 * 10 + 10)
+    epoch = BATCHES_PER_EPOCH if compression not in ("FP16", "SignSGD", "EFSignSGD") else 0
+    for r in results:
+        assert r["warmup_steps"] == epoch and r["state_step"] == MOMENTUM_RUN["steps"], r
+        assert r["payload_bytes"] < dense_bytes, r["payload_bytes"]

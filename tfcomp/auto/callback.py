@@ -71,9 +71,9 @@ class AutoCallback(tf.keras.callbacks.Callback):
             cycle = self._cycle
             cycle["timeline"].on_train_batch_end(batch)
             cycle["n"] += 1
-            if auto.warmup_steps < cycle["n"] <= auto.warmup_steps + auto.profile_steps and duration is not None:
+            if auto.untimed_steps < cycle["n"] <= auto.untimed_steps + auto.profile_steps and duration is not None:
                 cycle["dense"].append(duration)
-            if cycle["n"] == auto.warmup_steps + auto.profile_steps + auto.timeline_steps:
+            if cycle["n"] == auto.untimed_steps + auto.profile_steps + auto.timeline_steps:
                 self._plan()
         elif self._measuring is not None:
             self._trial_step(duration)
@@ -93,7 +93,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
     def _begin_cycle(self):
         from tfcomp.callbacks import Timeline  # pylint: disable=import-outside-toplevel
         auto = self.auto
-        timeline = Timeline(self._tmp.name, start_step=auto.warmup_steps + auto.profile_steps,
+        timeline = Timeline(self._tmp.name, start_step=auto.untimed_steps + auto.profile_steps,
                             num_steps=auto.timeline_steps, worker=f"worker{auto.workers.rank}")
         timeline.set_model(self.model)
         timeline.on_train_begin()
@@ -231,7 +231,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
             configs[index].update(function=earlier["function"], variables=earlier["variables"])
         running, first_skip = None, auto_trials.SETTLE_STEPS
         if dense is None:
-            running, first_skip = 0, self.auto.warmup_steps  # its train function is traced at its first step
+            running, first_skip = 0, self.auto.untimed_steps  # its train function is traced at its first step
             configs[0].update(function=self.model.train_function, visited=True)
         self._measuring = {"configs": configs, "dense": dense, "at": -1, "running": running, "audit": audit,
                            "blocks": auto_trials.schedule(len(configs), dense, steps or self.auto.check_steps,
@@ -276,7 +276,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
         return skip
 
     def _settle_steps(self, config):
-        return auto_trials.SETTLE_STEPS if config["function"] is not None else self.auto.warmup_steps
+        return auto_trials.SETTLE_STEPS if config["function"] is not None else self.auto.untimed_steps
 
     def _trial_step(self, duration):
         measuring = self._measuring
@@ -350,7 +350,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
             logging.warning("tfcomp.Auto: back to dense %s: %s",
                             "until its step time drifts" if auto.replan_every else "for good", reason)
             switch = bool(configs[measuring["running"]]["choices"])  # the last block ran a compressed trial
-            skip = 0 if not switch else auto.warmup_steps if dense is None else self._settle_steps(configs[dense])
+            skip = 0 if not switch else auto.untimed_steps if dense is None else self._settle_steps(configs[dense])
             auto.decide(DENSE, reason=reason, plan_ms=trials[best]["ms"] if best is not None else None,
                         predicted_ms=trials[best]["predicted_ms"] if best is not None else None,
                         settled_step=now + skip, **decision)

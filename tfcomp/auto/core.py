@@ -43,19 +43,19 @@ RECORD_ATTRIBUTE = "tfcomp_auto"  # where the record hangs on the optimizer (and
 
 def default_candidates():
     from tfcomp.compressors import DGC, FP16, EFSignSGD, PowerSGD  # pylint: disable=import-outside-toplevel
-    return (FP16(), EFSignSGD(), DGC(0.01), PowerSGD(4))
+    return (FP16(), EFSignSGD(), DGC(), PowerSGD())  # each at its defaults, which train like dense
 
 
 class Auto(Controller):
     """compression= that plans itself. See the module doc.
 
     candidates: the compressors a tensor may get (classes or instances; default FP16,
-        EFSignSGD, DGC(0.01), PowerSGD(4)); dense is always an option.
+        EFSignSGD, DGC and PowerSGD at their defaults); dense is always an option.
     network: None to plan for the link the workers measure, or a tfcomp.Network
         (bandwidth_gbps, latency_us) to plan for that link instead.
     profile_steps: dense steps timed for the baseline, and the Timeline records
         timeline_steps more after them.
-    warmup_steps: steps left untimed after each switch of the train function
+    untimed_steps: steps left untimed after each switch of the train function
         (tracing, allocator warm-up), and at the start.
     check_steps: the steps each trial (dense included) is timed for in all (default
         profile_steps), split over its rounds.
@@ -85,7 +85,7 @@ class Auto(Controller):
         runs of each probe and codec measurement (medians are kept).
     """
 
-    def __init__(self, candidates=None, network=None, profile_steps=20, warmup_steps=5, timeline_steps=5,
+    def __init__(self, candidates=None, network=None, profile_steps=20, untimed_steps=5, timeline_steps=5,
                  check_steps=None, trials=3, rounds=4, margin=0.05, audit_steps=0, replan_every=None, drift=0.25,
                  probe_max_bytes=4 << 20, runs=5):
         candidates = default_candidates() if candidates is None else tuple(candidates)
@@ -102,7 +102,7 @@ class Auto(Controller):
             raise ValueError(f"Auto: candidates must differ; got {[short_repr(c) for c in compressors]}")
         if network is not None and not isinstance(network, Network):
             raise ValueError(f"Auto: network must be None (measure the link) or a tfcomp.Network, got {network!r}")
-        for name, value, least in (("profile_steps", profile_steps, 1), ("warmup_steps", warmup_steps, 1),
+        for name, value, least in (("profile_steps", profile_steps, 1), ("untimed_steps", untimed_steps, 1),
                                    ("timeline_steps", timeline_steps, 1), ("trials", trials, 1), ("runs", runs, 1)):
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"Auto: {name} must be an integer >= {least}, got {value!r}")
@@ -120,7 +120,7 @@ class Auto(Controller):
         if not 0 < drift:
             raise ValueError(f"Auto: drift must be > 0, got {drift!r}")
         self.network = network
-        self.profile_steps, self.warmup_steps, self.timeline_steps = profile_steps, warmup_steps, timeline_steps
+        self.profile_steps, self.untimed_steps, self.timeline_steps = profile_steps, untimed_steps, timeline_steps
         self.check_steps, self.trials, self.replan_every, self.drift = check_steps, trials, replan_every, drift
         self.rounds, self.audit_steps = rounds, audit_steps
         self.margin = float(margin)
@@ -137,7 +137,7 @@ class Auto(Controller):
         """What every worker must agree on."""
         return {"name": "Auto", "candidates": [c.config() for c in self.candidates.values()],
                 "network": None if self.network is None else [self.network.bandwidth_gbps, self.network.latency_us],
-                "profile_steps": self.profile_steps, "warmup_steps": self.warmup_steps,
+                "profile_steps": self.profile_steps, "untimed_steps": self.untimed_steps,
                 "timeline_steps": self.timeline_steps, "check_steps": self.check_steps, "trials": self.trials,
                 "rounds": self.rounds, "audit_steps": self.audit_steps,
                 "margin": self.margin, "replan_every": self.replan_every, "drift": self.drift}

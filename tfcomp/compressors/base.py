@@ -13,6 +13,8 @@ never retraces.
 """
 import dataclasses
 import enum
+import functools
+import inspect
 import zlib
 from typing import Callable, Sequence, Union
 
@@ -83,15 +85,58 @@ class TensorContext:
         return tf.stack([tf.constant(name_hash, tf.int64), tf.cast(self.step, tf.int64)])
 
 
+#: A compressor's warmup_steps that asks for one epoch of dense steps first: the
+#: exchange resolves it (tfcomp.exchange.step.Exchange.warmup_steps).
+EPOCH = "epoch"
+
+#: Keyword arguments a compressor also takes by a shorter or better-known name
+#: (PowerSGD(rank=4), "PowerSGD:rank=4"; start_powerSGD_iter is PyTorch's hook's name).
+KNOB_ALIASES = {"rank": "matrix_approximation_rank", "start_powerSGD_iter": "warmup_steps"}
+
+
+def checked_warmup_steps(owner, value):
+    """warmup_steps as a compressor takes it: an integer >= 0, or EPOCH."""
+    if value == EPOCH or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    raise ValueError(f"{owner}: warmup_steps is the dense steps before compression starts, an integer >= 0 "
+                     f"or {EPOCH!r} (one epoch), got {value!r}")
+
+
+def _taking_aliases(cls, init):
+    """init, also taking KNOB_ALIASES' names for the knobs it has."""
+    params = inspect.signature(init).parameters
+    aliases = {alias: knob for alias, knob in KNOB_ALIASES.items() if knob in params}
+    if not aliases:
+        return init
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        for alias, knob in aliases.items():
+            if alias in kwargs:
+                if knob in kwargs:
+                    raise TypeError(f"{cls.__name__}: {alias}= is {knob}=; pass one of them")
+                kwargs[knob] = kwargs.pop(alias)
+        init(self, *args, **kwargs)
+    return __init__
+
+
 class Compressor:
-    """Base class. Subclasses define payload_specs, compress and, if stateful, state_specs."""
+    """Base class. Subclasses define payload_specs, compress and, if stateful, state_specs.
+
+    A compressor's constructor arguments are its public attributes of the same
+    names, so that its repr constructs it and config() describes it."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _taking_aliases(cls, cls.__dict__["__init__"])
 
     #: Whether the exchange applies efficiency-aware tensor selection by default.
     efficiency_aware = False
     #: Steps cycle through this many phases (ACP-SGD alternates P and Q); each
     #: phase has payloads of its own fixed shapes.
     phases = 1
-    #: Dense steps the exchange runs before this compressor starts.
+    #: Dense steps the exchange runs before this compressor starts (EPOCH: one epoch).
     warmup_steps = 0
     #: Whether the exchange may hand this compressor same-shape tensors stacked
     #: (TensorContext.batch; its state then gains the leading axis too).
@@ -127,6 +172,12 @@ class Compressor:
         knobs = {k: v for k, v in sorted(vars(self).items()) if not k.startswith("_")}
         return {"name": type(self).__name__, **knobs}
 
+    def arguments(self):
+        """{argument: value} that construct this compressor again: type(self)(**arguments())."""
+        params = inspect.signature(type(self).__init__).parameters
+        return {name: getattr(self, name) for name, p in params.items()
+                if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
     def __repr__(self):
-        knobs = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
+        knobs = ", ".join(f"{k}={v!r}" for k, v in self.arguments().items())
         return f"{type(self).__name__}({knobs})"

@@ -28,8 +28,14 @@ low_rank_takeover rows).
 import tensorflow as tf
 
 from tfcomp import ops
-from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+from tfcomp.compressors.base import EPOCH, Collective, Compressor, Payload, PayloadSpec, Round, checked_warmup_steps
 from tfcomp.compressors.momentum import WorkerMomentum
+
+# The ranks that trained like dense after a dense epoch in tfcomp's convergence benchmark
+# (ACPSGD(8) sends one rank-8 factor a step: PowerSGD(4)'s bytes; ACPSGD(4) and rank 1
+# did not; benchmarks/results/convergence.md).
+DEFAULT_POWERSGD_RANK = 4
+DEFAULT_ACPSGD_RANK = 8
 
 
 def matrix_shape(shape):
@@ -66,8 +72,9 @@ def _estimate(p, q):
 class LowRank(WorkerMomentum, Compressor):
     """Common part: rank, error feedback, the matrix view, seeded starting factors."""
 
-    def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, min_compression_rate=2.0,
-                 orthogonalization_epsilon=0.0, batch_tensors_with_same_shape=True, momentum=None):
+    def __init__(self, matrix_approximation_rank, use_error_feedback=True, min_compression_rate=2.0,
+                 orthogonalization_epsilon=0.0, batch_tensors_with_same_shape=True, momentum=None,
+                 warmup_steps=EPOCH):
         if not isinstance(matrix_approximation_rank, int) or matrix_approximation_rank < 1:
             raise ValueError(f"{type(self).__name__}: matrix_approximation_rank must be an integer >= 1, "
                              f"got {matrix_approximation_rank!r}")
@@ -79,6 +86,8 @@ class LowRank(WorkerMomentum, Compressor):
         self.min_compression_rate = float(min_compression_rate)
         self.orthogonalization_epsilon = orthogonalization_epsilon
         self.batch_tensors_with_same_shape = batch_tensors_with_same_shape
+        # Dense steps before compression starts (PyTorch's PowerSGD hook: start_powerSGD_iter=1000).
+        self.warmup_steps = checked_warmup_steps(type(self).__name__, warmup_steps)
         self._init_momentum(momentum)
 
     @property
@@ -137,16 +146,12 @@ class LowRank(WorkerMomentum, Compressor):
 class PowerSGD(LowRank):
     """PowerSGD: two allreduce rounds per step (P, then Q), warm-started Q."""
 
-    def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, warm_start=True,
-                 min_compression_rate=2.0, orthogonalization_epsilon=0.0, start_powerSGD_iter=0,
+    def __init__(self, matrix_approximation_rank=DEFAULT_POWERSGD_RANK, use_error_feedback=True, warm_start=True,
+                 min_compression_rate=2.0, orthogonalization_epsilon=0.0, warmup_steps=EPOCH,
                  batch_tensors_with_same_shape=True, momentum=None):
         super().__init__(matrix_approximation_rank, use_error_feedback, min_compression_rate,
-                         orthogonalization_epsilon, batch_tensors_with_same_shape, momentum)
-        if not isinstance(start_powerSGD_iter, int) or start_powerSGD_iter < 0:
-            raise ValueError(f"PowerSGD: start_powerSGD_iter must be an integer >= 0, got {start_powerSGD_iter!r}")
+                         orthogonalization_epsilon, batch_tensors_with_same_shape, momentum, warmup_steps)
         self.warm_start = warm_start
-        # Dense steps before compression starts (PyTorch's hook defaults to 1000); the exchange runs them.
-        self.warmup_steps = start_powerSGD_iter
 
     def payload_specs(self, shape, dtype):
         p_shape, q_shape, dtype = self._factor_specs(shape, dtype)
@@ -180,11 +185,11 @@ class ACPSGD(LowRank):
 
     phases = 2
 
-    def __init__(self, matrix_approximation_rank=1, use_error_feedback=True, reuse_query=True,
+    def __init__(self, matrix_approximation_rank=DEFAULT_ACPSGD_RANK, use_error_feedback=True, reuse_query=True,
                  min_compression_rate=2.0, orthogonalization_epsilon=0.0, batch_tensors_with_same_shape=True,
-                 momentum=None):
+                 momentum=None, warmup_steps=EPOCH):
         super().__init__(matrix_approximation_rank, use_error_feedback, min_compression_rate,
-                         orthogonalization_epsilon, batch_tensors_with_same_shape, momentum)
+                         orthogonalization_epsilon, batch_tensors_with_same_shape, momentum, warmup_steps)
         self.reuse_query = reuse_query
 
     def payload_specs(self, shape, dtype, phase=0):

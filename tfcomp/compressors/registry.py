@@ -1,7 +1,7 @@
 """Compressors by name: the one place that turns what a user or a command line names
 (a class, an instance, None, or a spec such as "PowerSGD:rank=4") into a compressor,
 and a compressor back into its shortest name."""
-from tfcomp.compressors.base import Compressor
+from tfcomp.compressors.base import KNOB_ALIASES, Compressor
 from tfcomp.compressors.cast import FP16, NoCompression
 from tfcomp.compressors.lowrank import ACPSGD, PowerSGD
 from tfcomp.compressors.sign import EFSignSGD, SignSGD
@@ -10,8 +10,8 @@ from tfcomp.compressors.sparse import DGC, DRAGONN, RandomK, TopK
 #: Every compressor by its class name, in the order the docs list them.
 COMPRESSORS = {cls.__name__: cls for cls in (NoCompression, FP16, SignSGD, EFSignSGD, TopK, RandomK, DGC, DRAGONN,
                                              PowerSGD, ACPSGD)}
-# Knob names a compressor spec may abbreviate ("PowerSGD:rank=4").
-KNOB_ALIASES = {"rank": "matrix_approximation_rank"}
+# A spec writes a knob by its shortest name ("PowerSGD:rank=2").
+_SHORTEST = {knob: alias for alias, knob in KNOB_ALIASES.items() if len(alias) < len(knob)}
 
 
 def resolve(compression):
@@ -46,6 +46,9 @@ def parse_compressor(spec):
 
 
 def _number_or_text(value):
+    constants = {"None": None, "True": True, "False": False}
+    if value in constants:
+        return constants[value]
     for kind in (int, float):
         try:
             return kind(value)
@@ -54,12 +57,24 @@ def _number_or_text(value):
     return value
 
 
-def short_repr(compressor):
-    """The compressor's class with the knobs that differ from its defaults: PowerSGD(matrix_approximation_rank=4)."""
+def _changed(compressor):
+    """{argument: value} where the compressor differs from its class's defaults."""
     try:
-        defaults = type(compressor)().config()
+        defaults = type(compressor)().arguments()
     except (TypeError, ValueError):  # a compressor with required arguments
         defaults = {}
-    knobs = ", ".join(f"{k}={v!r}" for k, v in compressor.config().items()
-                      if k != "name" and defaults.get(k, object()) != v)
+    return {k: v for k, v in compressor.arguments().items() if defaults.get(k, object()) != v}
+
+
+def spec(compressor):
+    """The compressor's name as parse_compressor reads it, with the knobs that differ from its
+    defaults: 'PowerSGD' at its defaults (a bare name always means them), 'DGC:ratio=0.01'."""
+    knobs = [f"{_SHORTEST.get(k, k)}={v:g}" if isinstance(v, float) else f"{_SHORTEST.get(k, k)}={v}"
+             for k, v in _changed(compressor).items()]
+    return ":".join([type(compressor).__name__, *knobs])
+
+
+def short_repr(compressor):
+    """The compressor's class with the arguments that differ from its defaults: PowerSGD(matrix_approximation_rank=2)."""
+    knobs = ", ".join(f"{k}={v!r}" for k, v in _changed(compressor).items())
     return f"{type(compressor).__name__}({knobs})"

@@ -24,10 +24,12 @@ import math
 import tensorflow as tf
 
 from tfcomp import ops
-from tfcomp.compressors.base import Collective, Compressor, Payload, PayloadSpec, Round
+from tfcomp.compressors.base import EPOCH, Collective, Compressor, Payload, PayloadSpec, Round, checked_warmup_steps
 from tfcomp.compressors.momentum import AUTO, WorkerMomentum
 
-DEFAULT_RATIO = 0.001
+# 10% of the elements after a dense epoch trained like dense in tfcomp's convergence
+# benchmark; 1% and 0.1% took 2.2-2.7x dense's steps (benchmarks/results/convergence.md).
+DEFAULT_RATIO = 0.1
 
 
 def estimate_threshold(values, k_fraction, seed, sample_fraction=0.01, min_samples=512):
@@ -73,7 +75,7 @@ class Sparsifier(WorkerMomentum, Compressor):
     #: The momentum_masking a None asks for: what trained best in tfcomp's convergence benchmark.
     default_momentum_masking = 1.0
 
-    def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, momentum_masking=None):
+    def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, momentum_masking=None, warmup_steps=EPOCH):
         if not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
             raise ValueError(f"{type(self).__name__}: ratio is the fraction of elements kept and must "
                              f"be in (0, 1], got {ratio!r}")
@@ -84,6 +86,7 @@ class Sparsifier(WorkerMomentum, Compressor):
                              f"where an element was sent and must be in [0, 1], got {momentum_masking!r}")
         self.ratio = float(ratio)
         self.momentum_masking = float(momentum_masking)
+        self.warmup_steps = checked_warmup_steps(type(self).__name__, warmup_steps)
         self._init_momentum(momentum)
 
     def capacity(self, shape):
@@ -156,8 +159,8 @@ class ThresholdSparsifier(Sparsifier):
     default_candidates_per_slot = 1.0
 
     def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, sample_fraction=0.01, min_samples=512,
-                 adapt_rounds=0, momentum_masking=None, candidates_per_slot=None):
-        super().__init__(ratio, momentum, momentum_masking)
+                 adapt_rounds=0, momentum_masking=None, candidates_per_slot=None, warmup_steps=EPOCH):
+        super().__init__(ratio, momentum, momentum_masking, warmup_steps)
         if not isinstance(adapt_rounds, int) or adapt_rounds < 0:
             raise ValueError(f"{type(self).__name__}: adapt_rounds must be an integer >= 0, got {adapt_rounds!r}")
         if candidates_per_slot is None:
@@ -214,9 +217,10 @@ class DRAGONN(ThresholdSparsifier):
     default_candidates_per_slot = 2.0
 
     def __init__(self, ratio=DEFAULT_RATIO, momentum=AUTO, sample_fraction=0.01, min_samples=512,
-                 adapt_rounds=0, momentum_masking=None, candidates_per_slot=None, bucket_size=4):
+                 adapt_rounds=0, momentum_masking=None, candidates_per_slot=None, bucket_size=4,
+                 warmup_steps=EPOCH):
         super().__init__(ratio, momentum, sample_fraction, min_samples, adapt_rounds, momentum_masking,
-                         candidates_per_slot)
+                         candidates_per_slot, warmup_steps)
         if not isinstance(bucket_size, int) or isinstance(bucket_size, bool) or bucket_size < 1:
             raise ValueError(f"{type(self).__name__}: bucket_size is how many slots an element hashes to "
                              f"and must be an integer >= 1, got {bucket_size!r}")

@@ -17,6 +17,33 @@ from tfcomp.state import keras3 as keras3_saving
 HEARTBEAT_TIMEOUT_S = 60.0
 
 
+# tf.data datasets (class names, with or without a leading underscore) that pass on
+# every element of their single input once, so that above a repeat() they keep its
+# batches per pass.
+_ONE_FOR_ONE = {"MapDataset", "ParallelMapDataset", "PrefetchDataset", "ShuffleDataset", "CacheDataset",
+                "OptionsDataset"}
+
+
+def steps_per_epoch(dataset):
+    """Batches in one pass over a tf.data dataset's data, or None where unknown: the
+    dataset's cardinality where finite; for an infinite one that repeats finite batches
+    (batches.repeat(), as model.fit(steps_per_epoch=) is often fed, with map, prefetch,
+    shuffle or cache above the repeat), the cardinality of what it repeats."""
+    while dataset is not None:
+        try:
+            steps = int(dataset.cardinality())
+        except (AttributeError, TypeError, ValueError):
+            return None
+        if steps > 0:
+            return steps
+        kind = type(dataset).__name__.lstrip("_")
+        if steps != int(tf.data.INFINITE_CARDINALITY) or kind not in _ONE_FOR_ONE | {"RepeatDataset"}:
+            return None
+        # tf.data's unary datasets keep their input here (TensorFlow 2.15 to 2.21).
+        dataset = getattr(dataset, "_input_dataset", None)
+    return None
+
+
 class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """MultiWorkerMirroredStrategy whose gradient reductions compress.
 
@@ -44,7 +71,10 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         Applies only where the program has not configured the coordination
         service itself.
     exchange_options: min_compress_elements, bucket_bytes, global_seed,
-        selection, warmup_steps (see tfcomp.exchange.step.Exchange). Where tensor
+        selection, warmup_steps, steps_per_epoch (see tfcomp.exchange.step.Exchange).
+        Where a warm-up of one epoch is asked for and steps_per_epoch is not given,
+        the strategy takes it from the dataset it distributes (model.fit's), when its
+        length is known and the same on every worker. Where tensor
         selection is on, the workers measure (or load) the compressor's
         compression times at construction and share their average.
     """
@@ -73,6 +103,13 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         self.engine = StrategyEngine(exchange, self)
         extended._cross_device_ops = CompressingCollectiveAllReduce(base, self.engine)
         self.engine.start(watch_peers)
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """tf.distribute's, learning the length of an epoch of the training data (model.fit
+        distributes its dataset so) for a dense warm-up of one epoch: the dataset's
+        cardinality where it is known, the same on every worker."""
+        self.engine.learn_steps_per_epoch(steps_per_epoch(dataset))
+        return super().experimental_distribute_dataset(dataset, options)
 
     def reduce(self, reduce_op, value, axis):
         """tf.distribute's reduce, with what Keras 3's model.fit needs of it on more than one

@@ -23,7 +23,7 @@ import tensorflow as tf
 from tfcomp.engines import agreement, peers
 from tfcomp.exchange import hooks
 from tfcomp.keras import version as keras_in_use
-from tfcomp.keras.optimizers import bind_exchange
+from tfcomp.keras.optimizers import advise_on_settings, bind_exchange
 from tfcomp.state import variables as state_lib
 
 
@@ -43,6 +43,8 @@ class Engine(abc.ABC):
         self.rank = rank
         self.num_workers = num_workers
         self.peer_watch = None  # a tfcomp.engines.peers.PeerWatch, from start(watch_peers=True)
+        if exchange.controller is None:  # a controller's candidates are its own choice
+            advise_on_settings(exchange.compressors())
 
     # What each engine supplies.
 
@@ -80,6 +82,22 @@ class Engine(abc.ABC):
         if self.exchange.controller is not None:
             self.exchange.controller.workers = hooks.Workers(self.kind, self.rank, self.num_workers,
                                                              self.mean_floats, self.gather_int, strategy=self.strategy)
+
+    def learn_steps_per_epoch(self, steps):
+        """Tells the exchange how many steps an epoch of this worker's training data is
+        (None: not known), where its dense warm-up asks for an epoch and the step is not
+        traced yet. Every worker must say the same, or the warm-up would end at different
+        steps on different workers: a ValueError on every worker otherwise."""
+        if not self.exchange.asks_for_an_epoch or self.exchange.traces:
+            return
+        said = [int(s) for s in self.gather_int(-1 if steps is None else steps)]
+        if len(set(said)) != 1:
+            words = ", ".join("not known" if s < 0 else str(s) for s in said)
+            raise ValueError(f"the workers' training data differ in steps per epoch ({self.worker_word} order: "
+                             f"{words}), so a dense warm-up of one epoch would end at different steps on "
+                             "different workers. Give every worker the same dataset (tf.distribute shards it), "
+                             "or pass steps_per_epoch= (or warmup_steps=) to the strategy.")
+        self.exchange.learn_steps_per_epoch(steps)
 
     def _watch_peers(self):
         mine = list(self.peer_identity())

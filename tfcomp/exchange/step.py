@@ -12,7 +12,7 @@ import math
 import tensorflow as tf
 from absl import logging
 
-from tfcomp.compressors.base import Compressor, Round, TensorContext
+from tfcomp.compressors.base import EPOCH, Compressor, Round, TensorContext, checked_warmup_steps
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.compressors.registry import resolve
 from tfcomp.exchange import fusion, hooks
@@ -21,6 +21,10 @@ from tfcomp.exchange.selection import EfficiencyAwareSelection
 
 DEFAULT_MIN_COMPRESS_ELEMENTS = 1024
 FINITE_FLAG_BYTES = 4  # the float32 flag every worker allreduces per step (check_finite)
+#: Dense steps a warm-up of one epoch stands for where the epoch's length is not known
+#: (no steps_per_epoch, and the engine saw no training data of known size): PyTorch's
+#: PowerSGD hook's default start (start_powerSGD_iter=1000).
+UNKNOWN_EPOCH_STEPS = 1000
 
 
 class Exchange:
@@ -33,7 +37,13 @@ class Exchange:
     compressors that ask for it, such as DRAGONN; selection=False forces
     compression; off under a Plan, which is the choice), a tensor is
     compressed only where that saves time. The first warmup_steps steps send
-    everything dense. Dense payloads fuse into buckets
+    everything dense: the most that the option and the compressors ask for
+    (the sparsifiers and the low-rank ones ask for one epoch by default). An
+    epoch is steps_per_epoch steps where given, else the length of the
+    training data the engine learned (learn_steps_per_epoch: the strategy's
+    distributed dataset of known size), else UNKNOWN_EPOCH_STEPS. Under a
+    controller (tfcomp.Auto) only the option applies: Auto's dense profiling
+    is its dense start. Dense payloads fuse into buckets
     of bucket_bytes; compressed payloads into buckets of bucket_bytes times
     their compression rate.
 
@@ -52,13 +62,14 @@ class Exchange:
 
     def __init__(self, compression=None, *, min_compress_elements=DEFAULT_MIN_COMPRESS_ELEMENTS,
                  bucket_bytes=DEFAULT_BUCKET_BYTES, global_seed=0, selection=None, warmup_steps=0,
-                 check_finite=True):
+                 steps_per_epoch=None, check_finite=True):
         if not isinstance(bucket_bytes, int) or bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes must be a positive number of bytes, got {bucket_bytes!r}")
         if not isinstance(min_compress_elements, int) or min_compress_elements < 0:
             raise ValueError(f"min_compress_elements must be an integer >= 0, got {min_compress_elements!r}")
-        if not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+        checked_warmup_steps("the exchange", warmup_steps)
+        if steps_per_epoch is not None and not (isinstance(steps_per_epoch, int) and steps_per_epoch >= 1):
+            raise ValueError(f"steps_per_epoch must be an integer >= 1 or None (not known), got {steps_per_epoch!r}")
         if not isinstance(check_finite, bool):
             raise ValueError(f"check_finite must be True or False, got {check_finite!r}")
         self.check_finite = check_finite
@@ -76,6 +87,8 @@ class Exchange:
                                  f"tensor runs with; drop selection={selection!r}")
             self.controller.exchange = self
         self._warmup_option = warmup_steps
+        self.steps_per_epoch = steps_per_epoch
+        self._learned_steps_per_epoch = None
         self._configure(self.controller.current() if self.controller is not None else compression, selection)
         self.traces = 0  # how often reduce was traced (run eagerly: called)
 
@@ -85,7 +98,6 @@ class Exchange:
         self.compressor = self.configured  # what runs: bind resolves momentum
         self._bound = None
         self.dense = self.compressor if isinstance(self.compressor, NoCompression) else NoCompression()
-        self.warmup_steps = max([self._warmup_option] + [c.warmup_steps for c in self._compressors()])
         self._said_dense = set()
         if self.is_plan:
             if selection:
@@ -103,12 +115,42 @@ class Exchange:
             raise ValueError("only an exchange under a controller (tfcomp.Auto) changes what it runs")
         self._configure(compression)
 
+    def _asked_warmups(self):
+        own = [] if self.controller is not None else [c.warmup_steps for c in self.compressors()]
+        return [self._warmup_option, *own]
+
+    @property
+    def asks_for_an_epoch(self):
+        """Whether the dense warm-up depends on the epoch's length, not yet known."""
+        return EPOCH in self._asked_warmups() and self.steps_per_epoch is None
+
+    @property
+    def epoch_steps(self):
+        """(steps an epoch of warm-up stands for, where that number comes from)."""
+        if self.steps_per_epoch is not None:
+            return self.steps_per_epoch, "steps_per_epoch"
+        if self._learned_steps_per_epoch is not None:
+            return self._learned_steps_per_epoch, "one epoch of the training data"
+        return UNKNOWN_EPOCH_STEPS, "the epoch's length is not known"
+
+    @property
+    def warmup_steps(self):
+        """Dense steps before compression starts (see the class docstring)."""
+        return max(self.epoch_steps[0] if w == EPOCH else w for w in self._asked_warmups())
+
+    def learn_steps_per_epoch(self, steps):
+        """The engine's word on how many steps an epoch of the training data is (None: not
+        known). Taken until the step is first traced; the warm-up is fixed from then on."""
+        if self.traces == 0:
+            self._learned_steps_per_epoch = steps
+
     @property
     def is_plan(self):
         """Whether tensors run with compressors of their own (a tfcomp.Plan)."""
         return isinstance(self.configured, hooks.PerTensor)
 
-    def _compressors(self):
+    def compressors(self):
+        """The compressors configured (a Plan's, each once; the one otherwise)."""
         return self.compressor.compressors() if self.is_plan else [self.compressor]
 
     def config(self):
@@ -116,7 +158,8 @@ class Exchange:
         compressor = self.controller.config() if self.controller is not None else self.configured.config()
         return {"compressor": compressor, "min_compress_elements": self.min_compress_elements,
                 "bucket_bytes": self.bucket_bytes, "global_seed": self.global_seed,
-                "warmup_steps": self.warmup_steps, "check_finite": self.check_finite,
+                "warmup_steps": self._warmup_option, "steps_per_epoch": self.steps_per_epoch,
+                "check_finite": self.check_finite,
                 "selection": self.selection.config() if self.selection else None}
 
     def bind(self, resolve_compressor, owner):
@@ -237,6 +280,12 @@ class Exchange:
             raise ValueError(f"reduce_op must be 'mean' or 'sum', got {reduce_op!r}")
         if self.controller is not None:
             self.controller.check_can_trace()
+        if self.traces == 0 and EPOCH in self._asked_warmups():
+            steps, source = self.epoch_steps
+            say = logging.warning if source.endswith("not known") else logging.info
+            say("tfcomp: the first %d steps send every gradient dense, one epoch (%s)%s", steps, source,
+                "; pass steps_per_epoch= or warmup_steps= to the strategy or DistributedOptimizer to choose"
+                if say is logging.warning else "")
         self.traces += 1
         grads = [_dense(g, n) for g, n in zip(grads, names)]
         k = collectives.num_workers

@@ -24,7 +24,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Compression.none / Compression.fp16. IndexedSlices gradients are sent
     dense whatever sparse_as_dense says; device_sparse is unused for that
     reason. exchange_options (min_compress_elements, bucket_bytes,
-    global_seed, selection, warmup_steps) are tfcomp.exchange.step.Exchange's;
+    global_seed, selection, warmup_steps, steps_per_epoch) are tfcomp.exchange.step.Exchange's;
     watch_peers=False turns off the report of a lost rank (tfcomp.engines.peers).
     gradient_predivide_factor, groups and other process sets are refused.
 

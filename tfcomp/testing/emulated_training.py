@@ -25,6 +25,7 @@ class History:
     seconds: list = dataclasses.field(default_factory=list)
     metric: list = dataclasses.field(default_factory=list)
     loss: list = dataclasses.field(default_factory=list)
+    warmup_steps: int = 0  # the dense steps the exchange ran first
 
     @property
     def final(self):
@@ -46,14 +47,15 @@ def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_w
     loss_fn(y, outputs) is each worker's mean loss on its shard.
     """
     (x, y), (x_test, y_test) = data
-    emulator = Emulator(num_workers, compression, **exchange_options)
-    bind_exchange(emulator.exchange, optimizer)
-    variables = model.trainable_variables
-    names = [keras_in_use.tensor_name(v) for v in variables]
     global_batch = batch_per_worker * num_workers
     steps_per_epoch = len(x) // global_batch
     if steps_per_epoch < 1:
         raise ValueError(f"{len(x)} examples make no global batch of {global_batch}")
+    emulator = Emulator(num_workers, compression, **exchange_options)
+    emulator.exchange.learn_steps_per_epoch(steps_per_epoch)  # as an engine learns it from model.fit's data
+    bind_exchange(emulator.exchange, optimizer)
+    variables = model.trainable_variables
+    names = [keras_in_use.tensor_name(v) for v in variables]
     eval_every = max(1, steps_per_epoch // evals_per_epoch)
 
     def worker_step(rank):
@@ -76,7 +78,7 @@ def train(model, optimizer, data, loss_fn, metric_fn, compression=None, *, num_w
         outputs = model(x_test, training=False)
         return metric_fn(y_test, outputs), loss_fn(y_test, outputs)
 
-    history = History()
+    history = History(warmup_steps=emulator.exchange.warmup_steps)
     rng = np.random.default_rng(seed)
     step, seconds = 0, 0.0
     for _ in range(epochs):

@@ -16,7 +16,7 @@ SUMMARY = "Espresso's per-tensor compression plan, with its predicted step time 
 def define_flags(fv):
     opts.define_profile_flag(fv)
     opts.define_workers_flag(fv)
-    flags.DEFINE_list("candidates", None,
+    flags.DEFINE_list("compressors", None,
                       "Compressors the plan may use, comma-separated, each one the profile has measured (a name "
                       "without settings stands for the one variant measured); "
                       "default: every one it has.", flag_values=fv)
@@ -83,7 +83,7 @@ def run(fv, out):
     if not profile.compressors:
         raise opts.UsageError(f"the profile {fv.profile} has no compressor measured: profile some first "
                               "(python -m tfcomp.analysis profile --compressors=...)")
-    candidates = opts.check_compressors(profile, fv.candidates) if fv.candidates is not None else None
+    candidates = opts.check_compressors(profile, fv.compressors) if fv.compressors is not None else None
     link, allgather_link = links(profile, fv.bandwidth_gbps, latency_us)
     result = planner.plan(profile, workers, candidates, link=link, allgather_link=allgather_link, fusion=fusion,
                           offload=fv.offload)

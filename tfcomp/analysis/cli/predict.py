@@ -32,7 +32,7 @@ ROWS = (
 def define_flags(fv):
     opts.define_profile_flag(fv)
     opts.define_workers_flag(fv)
-    flags.DEFINE_list("compressor", [],
+    flags.DEFINE_list("compressors", [],
                       "Compressors to predict beside dense, comma-separated, each one the profile has measured "
                       "(e.g. PowerSGD:rank=4,TopK; a name without settings stands for the one variant measured); "
                       "default: dense only.", flag_values=fv)
@@ -97,7 +97,7 @@ def run(fv, out):
     latency_us = opts.check_latency(fv.latency_us)
     fusion = opts.fusion_policy(fv)
     profile = opts.load_profile(fv.profile)
-    compressors = opts.check_compressors(profile, fv.compressor)
+    compressors = opts.check_compressors(profile, fv.compressors)
     link, allgather_link = links(profile, fv.bandwidth_gbps, latency_us)
     results = predict(profile, workers, compressors, link=link, allgather_link=allgather_link, fusion=fusion)
     report = as_dict if fv.json else as_text
