@@ -81,7 +81,7 @@ CURRENT_STACK_TESTS := tests/keras/test_stacks.py tests/ops tests/compressors/te
 	tests/compressors/test_sparse.py tests/compressors/test_lowrank.py tests/compressors/test_sign_zeros.py \
 	tests/compressors/test_momentum.py tests/benchmarks/test_convergence_advice.py tests/plan/test_plan.py \
 	tests/callbacks/test_timeline.py tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py
-CURRENT_STACK_DISTRIBUTE := sgd_with_momentum_trains_like_dense or custom_training_loop or frozen_variance_adam or \
+CURRENT_STACK_DISTRIBUTE := (bare_name and (EFSignSGD or DRAGONN or PowerSGD)) or custom_training_loop or frozen_variance_adam or \
 	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
 	keras3_model_save
 pytest: build

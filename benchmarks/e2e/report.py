@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
+from benchmarks.harness.accuracy import time_to  # pylint: disable=wrong-import-position
 from benchmarks.e2e import validation  # pylint: disable=wrong-import-position
 from tfcomp.analysis.model import whatif  # pylint: disable=wrong-import-position
 from tests.cluster.netns_cluster import rate_gbps  # pylint: disable=wrong-import-position
@@ -52,11 +53,6 @@ def _no_target(runs):
     if all(r.get("final_accuracy") is None for r in runs):
         return "No target accuracy: test accuracy was not evaluated (step times only)."
     return f"No target accuracy: dense training ended below {MIN_DENSE_ACCURACY} (step times only)."
-
-
-def time_to(curve, target):
-    """Training seconds at the first evaluation reaching target, or None."""
-    return next((seconds for seconds, _, acc in curve if acc >= target), None)
 
 
 def _groups(records):

@@ -6,13 +6,12 @@ writes JSON: step times after warm-up, bytes sent per step, the Timeline's
 phase breakdown and the accuracy curve against training wall time.
 
 Of train_worker's flags, --out, --model, --size, --engine, --compression,
---global_batch, --lr, --bandwidth_gbps, --timeline_steps and --check_finite
-apply. The optimizer is the model's (SGD with momentum 0.9, or Adam for the encoder).
+--global_batch, --lr, --bandwidth_gbps, --timeline_steps, --eval_every and
+--check_finite apply. The optimizer is the model's (SGD with momentum 0.9, or Adam for the encoder).
 """
 import json
 import os
 import statistics
-import time
 
 import tensorflow as tf
 from absl import app, flags
@@ -25,32 +24,7 @@ from models import registry
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 300, "Training steps.", lower_bound=2)
 flags.DEFINE_integer("warmup", 20, "Steps not timed (tracing, allocator warm-up).", lower_bound=1)
-flags.DEFINE_integer("eval_every", 50, "Steps between test-accuracy evaluations.", lower_bound=1)
 flags.DEFINE_integer("seed", 1, "Model and data seed.")
-
-class Evaluator(tf.keras.callbacks.Callback):
-    """Test accuracy every eval_every steps, against training wall time: from the
-    end of the first step (which traces the train function, a one-off cost the
-    same for any length of training), the evaluations' own time left out."""
-
-    def __init__(self, x_test, y_test, eval_every, metric):
-        super().__init__()
-        self.x_test, self.y_test, self.eval_every, self.metric = x_test, y_test, eval_every, metric
-        self.curve = []  # (training seconds, steps done, accuracy)
-        self._start = self._excluded = 0.0
-        self._steps = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self._steps += 1
-        if self._steps == 1:
-            self._start = time.perf_counter()
-        if self._steps % self.eval_every == 0:
-            begun = time.perf_counter()
-            seconds = begun - self._start - self._excluded
-            accuracy = train_worker.evaluate(self.model, self.x_test, self.y_test, self.metric)
-            self.curve.append((seconds, self._steps, accuracy))
-            self._excluded += time.perf_counter() - begun
-
 
 def phase_medians(timeline):
     """{phase: median seconds per step} over the Timeline's recorded steps."""
@@ -69,7 +43,7 @@ def main(argv):
                                          build=lambda: spec.build(FLAGS.size, FLAGS.seed), loss=spec.loss,
                                          optimizer=spec.optimizer)
     timer = StepTimes()
-    evaluator = Evaluator(x_test, y_test, FLAGS.eval_every, spec.metric)
+    evaluator = train_worker.Evaluator(x_test, y_test, FLAGS.eval_every, spec.metric)
     callbacks = [timer, evaluator]
     auto = train_worker.auto_of(model)
     if auto is not None:  # it records its own Timeline steps, so the run records none

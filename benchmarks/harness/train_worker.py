@@ -7,6 +7,7 @@ finite-check and Timeline-overhead benchmarks build on its flags and compiling."
 import json
 import pathlib
 import statistics
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -39,6 +40,8 @@ flags.DEFINE_string("timeline", None, "Record a tfcomp.callbacks.Timeline from t
 flags.DEFINE_float("collective_timeout_s", None, "CommunicationOptions.timeout_seconds (default: none). "
                    "TensorFlow holds a sleeping thread per collective launch for this long.")
 flags.DEFINE_integer("timeline_steps", None, "Steps the timeline records (default: one epoch).")
+flags.DEFINE_integer("eval_every", 50, "Steps between test-accuracy evaluations (the accuracy curve against "
+                     "training time).", lower_bound=1)
 flags.DEFINE_bool("check_finite", True, "tfcomp's per-step non-finite flag (the exchange's check_finite).")
 flags.DEFINE_integer("auto_audit_steps", 0, "With --compression=auto: tfcomp.Auto's audit_steps (after its "
                      "decision, time the kept configuration, dense and every single candidate side by side).",
@@ -68,6 +71,13 @@ def strategy_options(spec):
         return {"compression": compressor, **options}
     selection = EfficiencyAwareSelection(Network(bandwidth_gbps=FLAGS.bandwidth_gbps))
     return {"compression": compressor, "selection": selection, **options}
+
+
+def dense_start(model):
+    """The dense steps tfcomp's exchange ran before compressing (None: not tfcomp's)."""
+    engine = getattr(model.optimizer, "tfcomp_engine", None)  # Horovod's optimizer wrapper
+    exchange = engine.exchange if engine is not None else getattr(model.distribute_strategy, "exchange", None)
+    return exchange.warmup_steps if exchange is not None else None
 
 
 def auto_of(model):
@@ -155,6 +165,30 @@ def evaluate(model, x, y, metric, batch=512):
     return total / len(x)
 
 
+class Evaluator(tf.keras.callbacks.Callback):
+    """Test accuracy every eval_every steps, against training wall time: from the
+    end of the first step (which traces the train function, a one-off cost the
+    same for any length of training), the evaluations' own time left out."""
+
+    def __init__(self, x_test, y_test, eval_every, metric):
+        super().__init__()
+        self.x_test, self.y_test, self.eval_every, self.metric = x_test, y_test, eval_every, metric
+        self.curve = []  # (training seconds, steps done, accuracy)
+        self._start = self._excluded = 0.0
+        self._steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+        if self._steps == 1:
+            self._start = time.perf_counter()
+        if self._steps % self.eval_every == 0:
+            begun = time.perf_counter()
+            seconds = begun - self._start - self._excluded
+            accuracy = evaluate(self.model, self.x_test, self.y_test, self.metric)
+            self.curve.append((seconds, self._steps, accuracy))
+            self._excluded += time.perf_counter() - begun
+
+
 def result_path():
     """tf.distribute's workers get a file each; Horovod's ranks share the command line and a directory."""
     if FLAGS.engine == "horovod":
@@ -176,7 +210,8 @@ def main(argv):
                                          optimizer=spec.optimizer)
     timer = StepTimes()
     steps_per_epoch = min(len(x_train) // FLAGS.global_batch, FLAGS.steps_per_epoch or len(x_train))
-    callbacks = [timer]
+    evaluator = Evaluator(x_test, y_test, FLAGS.eval_every, spec.metric)
+    callbacks = [timer, evaluator]
     auto = auto_of(model)
     if auto is not None:
         callbacks.append(auto.callback())
@@ -192,7 +227,8 @@ def main(argv):
     accuracy = evaluate(model, x_test, y_test, spec.metric)
     result_path().write_text(json.dumps({
         "step_ms": 1e3 * statistics.median(timer.times[steps_per_epoch:]), "bytes_per_step": sent,
-        "dense_bytes": dense_bytes, "accuracy": accuracy,
+        "dense_bytes": dense_bytes, "accuracy": accuracy, "curve": evaluator.curve,
+        "warmup_steps": dense_start(model),
         "stack": f"TensorFlow {tf.__version__}, {keras_in_use.in_use().name}"}))
 
 

@@ -1,6 +1,6 @@
-"""tfcomp.keras.optimizers.advice() against the committed convergence benchmark
-(benchmarks/results/convergence.json): it warns exactly where a recommended setting did
-not train like dense there, and quotes how far below dense RandomK ended."""
+"""tfcomp.keras.optimizers.advice() and settings_advice() against the committed convergence
+benchmark (benchmarks/results/convergence.json): they warn exactly where a recommended
+setting did not train like dense there, and quote how far below dense RandomK ended."""
 import json
 
 import tensorflow as tf
@@ -9,7 +9,7 @@ import tfcomp
 from benchmarks.convergence.__main__ import settings
 from benchmarks.harness.convergence_tasks import TASKS
 from tests.cluster.local_cluster import ROOT
-from tfcomp.keras.optimizers import advice
+from tfcomp.keras.optimizers import advice, settings_advice
 
 BETA = 0.9  # as the benchmark trains (SGD with momentum 0.9)
 LR = 0.1  # the learning rate advice() is asked about where a setting does not name its own
@@ -32,14 +32,15 @@ def test_advice_speaks_exactly_where_the_committed_benchmark_did_not_train_like_
                       for run in results[f"convergence_{task}_sgd_momentum"]["runs"]
                       if run["setting"] == "recommended" and run["label"] == label]
         assert len(like_dense) == 2, label
-        said = advice(factory(), sgd_at(options.get("learning_rate", LR)),
-                      warmup_steps=22 * options.get("warmup_epochs", 0))
+        compressor = factory()
+        said = settings_advice(compressor) or advice(compressor, sgd_at(options.get("learning_rate", LR)),
+                                                     warmup_steps=22 * options.get("warmup_epochs", 0))
         assert (said is None) == all(like_dense), (label, like_dense, said)
         verdicts.add(all(like_dense))
     assert verdicts == {True, False}, "the committed benchmark has settings of both kinds"
-    for optimizer_name, optimizer in (("sgd_momentum", sgd_at(LR)), ("adam", tfcomp.FrozenVarianceAdam())):
+    said = settings_advice(tfcomp.RandomK(0.1))  # whatever the optimizer, when the engine is made
+    for optimizer_name in ("sgd_momentum", "adam"):
         below = [block["dense"]["final"] - run["final"]
                  for block in (results[f"convergence_{task}_{optimizer_name}"] for task in ("mlp", "cnn"))
                  for run in block["runs"] if run["setting"] == "recommended" and run["label"] == "RandomK(0.1)"]
-        said = advice(tfcomp.RandomK(0.1), optimizer, warmup_steps=22)
         assert f"{100 * below[0]:.1f} and {100 * below[1]:.1f} points" in said, (optimizer_name, said)

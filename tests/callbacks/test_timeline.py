@@ -320,7 +320,7 @@ def test_model_fit_under_tf_distributes_own_strategy(tmp_path):
 
 
 def test_custom_loop_on_two_workers_through_warmup_and_alternating_phases(tmp_path):
-    results = run_timeline_workers(tmp_path, compression="ACPSGD:warmup_steps=0", loop="custom", warmup_steps=3, hidden=256,
+    results = run_timeline_workers(tmp_path, compression="ACPSGD:rank=1:warmup_steps=0", loop="custom", warmup_steps=3, hidden=256,
                                    steps=8, start_step=1, num_steps=7)
     for result in results:
         doc, rows = read_files(result["paths"])

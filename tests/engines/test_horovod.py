@@ -211,7 +211,8 @@ def test_timeline_records_every_ranks_phases(tmp_path, loop):
     ranks identical, loss down, the compressor's state stepped every step)."""
     from tests.callbacks.test_timeline import check_steps, read_files  # pylint: disable=import-outside-toplevel
     timeline = tmp_path / "timeline"
-    results = train(tmp_path / "run", loop=loop, compression="DRAGONN", lr=0.2, trace_dir=timeline, **SPARSE)
+    results = train(tmp_path / "run", loop=loop, compression="DRAGONN:warmup_steps=0", lr=0.2, trace_dir=timeline,
+                    **SPARSE)
     if loop == "custom":
         assert_identical_weights(results)
         assert_learns(results)

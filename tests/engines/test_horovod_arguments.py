@@ -82,10 +82,13 @@ def test_momentum_and_advice_are_settled_at_construction():
         print("bound:", opt.tfcomp_engine.exchange.compressor.momentum)
         tfcomp.horovod.DistributedOptimizer(tf.keras.optimizers.Adam(), compression=tfcomp.TopK(0.1))
         frozen = tfcomp.FrozenVarianceAdam()
-        tfcomp.horovod.DistributedOptimizer(frozen, compression=tfcomp.TopK(0.01), warmup_steps=10)
+        tfcomp.horovod.DistributedOptimizer(frozen, compression=tfcomp.TopK(0.01, warmup_steps=0), warmup_steps=10)
         print("variance_steps:", frozen.variance_steps)
+        by_default = tfcomp.FrozenVarianceAdam()  # the bare name's dense epoch
+        tfcomp.horovod.DistributedOptimizer(by_default, compression=tfcomp.TopK, steps_per_epoch=30)
+        print("default variance_steps:", by_default.variance_steps)
         try:
-            tfcomp.horovod.DistributedOptimizer(tfcomp.FrozenVarianceAdam(), compression=tfcomp.TopK(0.1))
+            tfcomp.horovod.DistributedOptimizer(tfcomp.FrozenVarianceAdam(), compression=tfcomp.TopK(warmup_steps=0))
         except ValueError as e:
             print("refused:", e)
         """)
@@ -96,6 +99,7 @@ def test_momentum_and_advice_are_settled_at_construction():
     assert "TopK under Adam" in run.stderr and "Use tfcomp.FrozenVarianceAdam" in run.stderr, run.stderr[-2000:]
     assert "TopK(ratio=0.01) under FrozenVarianceAdam" in run.stderr and "ratio>=0.1" in run.stderr, run.stderr[-2000:]
     assert "variance_steps: 10" in run.stdout, run.stdout  # the variance freezes where compression starts
+    assert "default variance_steps: 30" in run.stdout, run.stdout
     assert "compresses from the first step: pass warmup_steps=" in run.stdout, run.stdout
 
 
