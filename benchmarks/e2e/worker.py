@@ -13,7 +13,6 @@ import json
 import os
 import statistics
 
-import tensorflow as tf
 from absl import app, flags
 
 import tfcomp

@@ -6,7 +6,7 @@ of a grid.
 explicit() and compressor() read a spec through the library's registry, which imports
 TensorFlow on their first call; the rest is plain string handling."""
 
-AUTO = "auto"  # tfcomp.Auto() with its default candidates: FP16, EFSignSGD, DGC and PowerSGD at their defaults
+AUTO = "auto"  # tfcomp.Auto() with its default candidates: FP16, DGC and ACPSGD at their defaults
 PLAN_PREFIX = "plan:"  # 'plan:PATH': the per-tensor plan `python -m tfcomp.analysis plan --output=PATH` wrote
 
 

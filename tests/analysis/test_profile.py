@@ -163,6 +163,8 @@ def test_with_a_saved_probe_only_the_launchers_rank_0_saves(tmp_path, monkeypatc
     (["--output=x.json"], "--timeline and --output are required"),
     (["--timeline=/no/such.json", "--output=x.json"], "cannot read timeline"),
     (["--timeline={trace}", "--output=x.json", "--link_probe={probe}", "--compressors=Zip"], "no tfcomp compressor"),
+    (["--timeline={trace}", "--output=x.json", "--link_probe={probe}", "--compressors=PowerSGD,PowerSGD:rank=4"],
+     "a compressor is named twice (PowerSGD, PowerSGD:rank=4): PowerSGD, PowerSGD"),
     (["--timeline={trace}", "--output=x.json", "--link_probe=/no/probe.json"], "cannot read link probe"),
     (["--timeline={trace}", "--output=x.json", "--link_probe={probe}", "--compressors=DGC", "--sgd_momentum=-0.5"],
      "--sgd_momentum: a momentum in [0, 1)"),

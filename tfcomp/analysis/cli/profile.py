@@ -104,9 +104,14 @@ def run(fv, out):
     from tfcomp.analysis.measure import codecs as measure  # pylint: disable=import-outside-toplevel
     from tfcomp.compressors import registry  # pylint: disable=import-outside-toplevel
     try:
-        compressors = {spec: registry.parse_compressor(spec) for spec in fv.compressors}
+        parsed = [registry.parse_compressor(spec) for spec in fv.compressors]
     except ValueError as e:
         raise opts.UsageError(f"--compressors: {e}") from None
+    # Each measured under the one name the library gives it (a bare name: its defaults).
+    compressors = {registry.spec(c): c for c in parsed}
+    if len(compressors) != len(parsed):
+        raise opts.UsageError(f"--compressors: a compressor is named twice ({', '.join(fv.compressors)}): "
+                              f"{', '.join(registry.spec(c) for c in parsed)}")
     if fv.sgd_momentum is not None and not 0 <= fv.sgd_momentum < 1:
         raise opts.UsageError(f"--sgd_momentum: a momentum in [0, 1), got {fv.sgd_momentum!r}")
     # The probe first: MultiWorkerMirroredStrategy must configure TensorFlow's runtime before
