@@ -72,8 +72,10 @@ else
 # The part of the suite the current stack carries. With tf.keras as tf-keras:
 # the ops, the compressors on the in-process emulator, plans, the Timeline, the
 # main job (and, in a subprocess, under Keras 3). Then 2-worker runs of the
-# tf.distribute engine under tf-keras and under Keras 3: one compressor of each
-# family under SGD with momentum against dense, FrozenVarianceAdam (also its
+# tf.distribute engine under tf-keras and under Keras 3: the bare names of one
+# compressor of each family (EFSignSGD, DRAGONN, PowerSGD: their dense epoch
+# learned from model.fit's dataset) under SGD with momentum against dense,
+# FrozenVarianceAdam (also its
 # unit tests under Keras 3), a custom loop, dense against
 # tf.distribute's own, resuming every worker's residuals from BackupAndRestore
 # (and, under Keras 3, from a .keras archive).
