@@ -1,9 +1,9 @@
 """The compressor specs the benchmarks pass around ('DGC', 'PowerSGD:rank=2': what
 tfcomp.compressors.registry.parse_compressor reads, the library's one parser) and what
-only the benchmarks add to them: 'auto' (tfcomp.Auto) and 'plan:PATH' (a per-tensor plan), and plan paths per cell
-of a grid.
+only the benchmarks add to them: 'auto' (tfcomp.Auto) and 'plan:PATH' (a per-tensor
+plan), and plan paths per cell of a grid.
 
-explicit() and compressor() read a spec through the library's registry, which imports
+canonical() and compressor() read a spec through the library's registry, which imports
 TensorFlow on their first call; the rest is plain string handling."""
 
 AUTO = "auto"  # tfcomp.Auto() with its default candidates: FP16, DGC and ACPSGD at their defaults
@@ -29,7 +29,7 @@ def for_cluster(spec, model, workers, link):
         raise ValueError(f"{spec!r}: a plan's path may name {{model}}, {{workers}} and {{link}} only ({e})") from None
 
 
-def explicit(spec):
+def canonical(spec):
     """The spec as the library names the compressor it reads (registry.spec: a bare name is
     the compressor at its defaults, and 'PowerSGD:rank=4' is 'PowerSGD'), so that a profile
     (tfcomp.analysis.measure.codecs) names the compressor the workers run one way. A spec the

@@ -1,7 +1,7 @@
 """The analysis tools inside the benchmarks: record a profile on the workers a
 benchmark launched (`python -m tfcomp.analysis profile` through
 benchmarks/harness/profile_worker.py), and predict a run's step time from it. Nothing
-here trains: TensorFlow is loaded only by compression_specs.explicit(), which reads a
+here trains: TensorFlow is loaded only by compression_specs.canonical(), which reads a
 compressor's spec through the library's registry."""
 import json
 
@@ -21,7 +21,7 @@ def record_profile(launcher, trace, compressions, path, work_dir, name, link_pro
     if not trace.exists():
         raise RuntimeError(f"no Timeline trace of the dense run at {trace}: record one to predict from it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    specs = [compression_specs.explicit(c) for c in compressions
+    specs = [compression_specs.canonical(c) for c in compressions
              if c not in (DENSE, compression_specs.AUTO) and not compression_specs.is_plan(c)]
     args = [f"--timeline={trace}", f"--compressors={','.join(specs)}", f"--output={path}", f"--name={name}"]
     if link_probe:
@@ -59,7 +59,7 @@ def predicted_step_ms(profile_path, engine, workers, compression, burst_bytes=0.
         return 1e3 * simulate_profile(profile, workers, strategy=choices, burst_s=burst_s,
                                       finite_check=profile.finite_scan is not None).iteration_s
     fusion = CycleFusion() if engine == "horovod" and compression == DENSE else None
-    name = None if compression == DENSE else compression_specs.explicit(compression)
+    name = None if compression == DENSE else compression_specs.canonical(compression)
     if name is not None and name not in profile.compressors:
         return None  # e.g. a compressor added to a resumed grid after its profile was recorded
     return 1e3 * simulate_profile(profile, workers, compressor=name, fusion=fusion, burst_s=burst_s,

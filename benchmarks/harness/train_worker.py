@@ -73,17 +73,21 @@ def strategy_options(spec):
     return {"compression": compressor, "selection": selection, **options}
 
 
+def _exchange_of(model):
+    """The tfcomp exchange the model's strategy or optimizer runs, or None."""
+    engine = getattr(model.optimizer, "tfcomp_engine", None)  # Horovod's optimizer wrapper
+    return engine.exchange if engine is not None else getattr(model.distribute_strategy, "exchange", None)
+
+
 def dense_start(model):
     """The dense steps tfcomp's exchange ran before compressing (None: not tfcomp's)."""
-    engine = getattr(model.optimizer, "tfcomp_engine", None)  # Horovod's optimizer wrapper
-    exchange = engine.exchange if engine is not None else getattr(model.distribute_strategy, "exchange", None)
+    exchange = _exchange_of(model)
     return exchange.warmup_steps if exchange is not None else None
 
 
 def auto_of(model):
     """The tfcomp.Auto the model's strategy or optimizer runs, or None."""
-    engine = getattr(model.optimizer, "tfcomp_engine", None)  # Horovod's optimizer wrapper
-    exchange = engine.exchange if engine is not None else getattr(model.distribute_strategy, "exchange", None)
+    exchange = _exchange_of(model)
     return exchange.controller if exchange is not None else None
 
 

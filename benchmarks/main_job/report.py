@@ -4,6 +4,7 @@ Each run carries its accuracy curve (benchmarks.harness.train_worker.Evaluator);
 the target is target_fraction of dense's final accuracy on the same link, and
 time to it counts training from the end of the first step, the dense start of
 the compressors that ask for one included."""
+from benchmarks.harness import compression_specs
 from benchmarks.harness.accuracy import time_to
 
 
@@ -14,7 +15,8 @@ def targets(results, target_fraction):
 
 def at_defaults(compression):
     """Whether a run's compression is a compressor by its bare name (its defaults)."""
-    return ":" not in compression and compression not in ("none", "auto") and not compression.startswith("plan")
+    return (":" not in compression and compression not in ("none", compression_specs.AUTO)
+            and not compression_specs.is_plan(compression))
 
 
 def table(title, rows, target):

@@ -31,21 +31,21 @@ def test_a_saved_plan_replays_to_the_step_time_the_planner_predicted(tmp_path):
 
 
 def test_a_spec_names_its_compressor_one_way_and_a_bare_name_means_the_defaults():
-    explicit = compression_specs.explicit
+    canonical = compression_specs.canonical
     for spec in ("PowerSGD", "PowerSGD:rank=4", "PowerSGD:matrix_approximation_rank=4"):
-        assert explicit(spec) == "PowerSGD"
-    assert explicit("ACPSGD:rank=8") == "ACPSGD" and explicit("DGC:ratio=0.1") == "DGC"
-    assert explicit("PowerSGD:matrix_approximation_rank=2") == "PowerSGD:rank=2"
-    assert explicit("TopK:momentum=0.5:ratio=0.01") == "TopK:ratio=0.01:momentum=0.5"
-    assert explicit("DGC:momentum=None:warmup_steps=0") == "DGC:momentum=None:warmup_steps=0"
+        assert canonical(spec) == "PowerSGD"
+    assert canonical("ACPSGD:rank=8") == "ACPSGD" and canonical("DGC:ratio=0.1") == "DGC"
+    assert canonical("PowerSGD:matrix_approximation_rank=2") == "PowerSGD:rank=2"
+    assert canonical("TopK:momentum=0.5:ratio=0.01") == "TopK:ratio=0.01:momentum=0.5"
+    assert canonical("DGC:momentum=None:warmup_steps=0") == "DGC:momentum=None:warmup_steps=0"
     for spec in ("EFSignSGD", "FP16", "NoCompression", "auto", "plan:{model}.json", "DRAGONN:ratio=0.01"):
-        assert explicit(spec) == spec
+        assert canonical(spec) == spec
     for spec in ("PowerSGD:rank=2", "DGC:momentum=None:warmup_steps=0", "DRAGONN:ratio=0.01:bucket_size=2"):
-        assert explicit(explicit(spec)) == explicit(spec)  # read back, the same compressor
+        assert canonical(canonical(spec)) == canonical(spec)  # read back, the same compressor
     assert compression_specs.compressor("PowerSGD").matrix_approximation_rank == 4
     assert compression_specs.compressor("DGC:ratio=0.1").ratio == 0.1
     # What the library's parser refuses, the driver refuses before any worker starts.
     with pytest.raises(ValueError, match="no tfcomp compressor 'Zip'"):
-        explicit("Zip")
+        canonical("Zip")
     with pytest.raises(ValueError, match="compressor knobs are name=value"):
-        explicit("DGC:0.1")
+        canonical("DGC:0.1")

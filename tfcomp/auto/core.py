@@ -18,8 +18,8 @@ dense block of the same round. The fastest is kept if it beat dense by margin (5
 stays dense and says why.
 With replan_every, a plan (or dense, where dense was kept) whose step time drifts from what
 it measured at first is profiled and planned afresh; without it, the decision stands. With
-audit_steps, the choice is checked right after it is made: the configuration kept, dense and every single candidate run interleaved as the
-trials did, with fresh steps, and the history records how much slower the kept one was
+audit_steps, the choice is checked right after it is made: the configuration kept, dense
+and every single candidate run interleaved as the trials did, with fresh steps, and the history records how much slower the kept one was
 than the fastest of them (its regret); then the kept one runs on.
 
 The decision is saved with the optimizer's checkpoints (an AutoRecord), so a resumed

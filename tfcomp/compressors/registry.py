@@ -69,8 +69,7 @@ def _changed(compressor):
 def spec(compressor):
     """The compressor's name as parse_compressor reads it, with the knobs that differ from its
     defaults: 'PowerSGD' at its defaults (a bare name always means them), 'DGC:ratio=0.01'."""
-    knobs = [f"{_SHORTEST.get(k, k)}={v:g}" if isinstance(v, float) else f"{_SHORTEST.get(k, k)}={v}"
-             for k, v in _changed(compressor).items()]
+    knobs = [f"{_SHORTEST.get(k, k)}={v}" for k, v in _changed(compressor).items()]
     return ":".join([type(compressor).__name__, *knobs])
 
 

@@ -25,6 +25,7 @@ FINITE_FLAG_BYTES = 4  # the float32 flag every worker allreduces per step (chec
 #: (no steps_per_epoch, and the engine saw no training data of known size): PyTorch's
 #: PowerSGD hook's default start (start_powerSGD_iter=1000).
 UNKNOWN_EPOCH_STEPS = 1000
+_NOT_KNOWN = "the epoch's length is not known"
 
 
 class Exchange:
@@ -131,7 +132,7 @@ class Exchange:
             return self.steps_per_epoch, "steps_per_epoch"
         if self._learned_steps_per_epoch is not None:
             return self._learned_steps_per_epoch, "one epoch of the training data"
-        return UNKNOWN_EPOCH_STEPS, "the epoch's length is not known"
+        return UNKNOWN_EPOCH_STEPS, _NOT_KNOWN
 
     @property
     def warmup_steps(self):
@@ -282,10 +283,12 @@ class Exchange:
             self.controller.check_can_trace()
         if self.traces == 0 and EPOCH in self._asked_warmups():
             steps, source = self.epoch_steps
-            say = logging.warning if source.endswith("not known") else logging.info
-            say("tfcomp: the first %d steps send every gradient dense, one epoch (%s)%s", steps, source,
-                "; pass steps_per_epoch= or warmup_steps= to the strategy or DistributedOptimizer to choose"
-                if say is logging.warning else "")
+            if source == _NOT_KNOWN:
+                logging.warning("tfcomp: the first %d steps send every gradient dense, one epoch (%s); pass "
+                                "steps_per_epoch= or warmup_steps= to the strategy or DistributedOptimizer to "
+                                "choose", steps, source)
+            else:
+                logging.info("tfcomp: the first %d steps send every gradient dense, one epoch (%s)", steps, source)
         self.traces += 1
         grads = [_dense(g, n) for g, n in zip(grads, names)]
         k = collectives.num_workers
