@@ -91,8 +91,8 @@ def test_payloads_are_allgathered_values_and_indices_of_fixed_size(cls):
     emu = Emulator(2, compressor, min_compress_elements=1, selection=False)
     emu.step(grads(2, 0), ["w"])
     m = compressor.capacity(SHAPE)
-    # The non-finite flag, then float32 values and int32 indices, fused.
-    assert emu.traffic == [("allreduce", FINITE_FLAG_BYTES), ("allgather", 8 * m)]
+    # Float32 values and int32 indices, fused; then the non-finite flag.
+    assert emu.traffic == [("allgather", 8 * m), ("allreduce", FINITE_FLAG_BYTES)]
     assert compressor.payload_bytes(SHAPE, tf.float32) == 8 * m
 
 

@@ -63,6 +63,8 @@ def _label(mark, following):
         return ("communicate", "fuse" if following == "collective_begin" else "unfuse", {})
     if kind == "round_end":  # the next round's payloads (PowerSGD's Q), or the last decompression
         return ("compress", "compress", {}) if following == "collective_begin" else ("decompress", "decompress", {})
+    if kind == "finite_check":  # the workers' non-finite flag, summed once every bucket is done
+        return "communicate", "finite_flag", {}
     if kind in ("exchange_end", "aggregated"):
         return "apply", "apply", {}
     if kind == "applied":

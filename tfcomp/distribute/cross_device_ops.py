@@ -10,7 +10,7 @@ from tensorflow.python.distribute import cross_device_ops as cross_device_ops_li
 from tensorflow.python.distribute import distribute_utils, reduce_util
 from tensorflow.python.distribute import values as value_lib
 from tensorflow.python.framework import ops
-from tensorflow.python.ops import array_ops, math_ops
+from tensorflow.python.ops import array_ops, collective_ops, math_ops
 from tensorflow.python.util import nest
 
 from tfcomp.distribute import gradient_calls
@@ -18,19 +18,32 @@ from tfcomp.exchange import fusion
 
 
 class LauncherCollectives:
-    """The exchange's collective interface on one replica's CollectiveReplicaLauncher."""
+    """The exchange's collective interface on one replica's CollectiveReplicaLauncher:
+    its group, instance keys and options, without its ordering token. The token
+    (a resource every collective takes) would make TensorFlow order whole tf.cond
+    branches, so a bucket's compression would wait for the bucket before it; the
+    exchange orders its collectives itself (tfcomp.exchange.step.InOrder)."""
 
     def __init__(self, launcher, options, num_workers):
         self._launcher = launcher
-        self._options = options
+        self._options = launcher._options.merge(options)  # pylint: disable=protected-access
         self.num_workers = num_workers
 
     def allreduce(self, buffers):
-        return [self._launcher.all_reduce(b, None, self._options) for b in buffers]
+        return [self._run(collective_ops.all_reduce_v2, b) for b in buffers]
 
     def allgather(self, buffers):
         # Payloads have fixed capacity, so the unpadded gather fits.
-        return [self._launcher._all_gather(b, self._options) for b in buffers]  # pylint: disable=protected-access
+        return [self._run(collective_ops.all_gather_v2, b) for b in buffers]
+
+    def _run(self, collective, buffer):
+        launcher = self._launcher
+        # pylint: disable=protected-access
+        instance_key = launcher._next_instance_key()
+        with ops.device(launcher._device):
+            return collective(buffer, launcher._group_size, launcher._group_key, instance_key,
+                              communication_hint=self._options.implementation.value,
+                              timeout=self._options.timeout_seconds)
 
 
 class CompressingCollectiveAllReduce(cross_device_ops_lib.CollectiveAllReduce):

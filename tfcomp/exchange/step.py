@@ -12,11 +12,11 @@ import math
 import tensorflow as tf
 from absl import logging
 
-from tfcomp.compressors.base import EPOCH, Compressor, Round, TensorContext, checked_warmup_steps
+from tfcomp.compressors.base import EPOCH, Round, TensorContext, checked_warmup_steps
 from tfcomp.compressors.cast import NoCompression
 from tfcomp.compressors.registry import resolve
 from tfcomp.exchange import fusion, hooks
-from tfcomp.exchange.buckets import DEFAULT_BUCKET_BYTES
+from tfcomp.exchange.buckets import DEFAULT_BUCKET_BYTES, buckets
 from tfcomp.exchange.selection import EfficiencyAwareSelection
 
 DEFAULT_MIN_COMPRESS_ELEMENTS = 1024
@@ -44,21 +44,29 @@ class Exchange:
     training data the engine learned (learn_steps_per_epoch: the strategy's
     distributed dataset of known size), else UNKNOWN_EPOCH_STEPS. Under a
     controller (tfcomp.Auto) only the option applies: Auto's dense profiling
-    is its dense start. Dense payloads fuse into buckets
-    of bucket_bytes; compressed payloads into buckets of bucket_bytes times
-    their compression rate.
+    is its dense start.
 
-    Non-finite gradients (check_finite=True): before anything is compressed,
-    the workers sum one flag, "my gradients hold a NaN or Inf". On a step
-    where any worker's do, every worker gets NaN for every floating-point
-    gradient and no compressor state changes (residuals, momentum, factors,
-    the step counter and so the phase), so Keras' LossScaleOptimizer skips
-    the step on all workers alike and error feedback is not poisoned. The
-    step counter counts exchanged steps only. Where nothing is compressed
-    (NoCompression, an all-dense plan, tfcomp.Auto while it runs dense) there
-    is no state to protect and no flag is sent: a non-finite gradient reaches
-    only its own aggregate, as under the engine's own dense allreduce, and the
-    step costs what the engine's does (benchmarks/results/dense_reference.md).
+    Pipeline: tensors go in buckets of at most bucket_bytes, in the order the
+    backward pass makes them (the last layers' first, pipeline()). Each
+    bucket's warm-up and phase, compression, collectives (its payloads fused,
+    per collective) and decompression depend on its gradients alone, so in a
+    compiled step a bucket is exchanged while backward still computes the
+    next; the collectives go in bucket order, the same on every worker.
+
+    Non-finite gradients (check_finite=True): each bucket checks its own
+    gradients; where they hold a NaN or Inf its compressors are given zeros
+    instead, so they never see one. After every bucket's collectives the
+    workers sum one flag, "my gradients hold a NaN or Inf"; on a step where
+    any worker's do, every worker gets NaN for every floating-point gradient
+    and every compressor state variable is put back to what the step found
+    (residuals, momentum, factors; the step counter, and so the phase, does
+    not advance), so Keras' LossScaleOptimizer skips the step on all workers
+    alike and error feedback is not poisoned. The step counter counts
+    exchanged steps only. Where nothing is compressed (NoCompression, an
+    all-dense plan, tfcomp.Auto while it runs dense) there is no state to
+    protect and no flag is sent: a non-finite gradient reaches only its own
+    aggregate, as under the engine's own dense allreduce, and the step costs
+    what the engine's does (benchmarks/results/dense_reference.md).
     """
 
     def __init__(self, compression=None, *, min_compress_elements=DEFAULT_MIN_COMPRESS_ELEMENTS,
@@ -228,13 +236,31 @@ class Exchange:
                 for (shape, dtype), name in zip(shapes_and_dtypes, names)
                 for c in [self.eligible(shape, dtype, name)]}
 
+    def pipeline(self, shapes_and_dtypes, names, num_workers):
+        """The buckets the exchange runs as a pipeline: [[(positions, name, compressor)]],
+        in the order the backward pass makes their gradients (the reverse of the
+        tensors' order). A bucket holds consecutive tensors of at most bucket_bytes
+        (dense bytes; a larger tensor is a bucket of its own); each bucket's
+        compression, collectives and decompression depend on its own gradients only.
+
+        Inside a bucket, compressors that batch same-shape tensors (the low-rank
+        ones) get such tensors stacked, as one unit named after its members (under
+        a Plan, tensors of the same compressor only); every other tensor is a unit
+        of its own."""
+        shapes_and_dtypes = list(shapes_and_dtypes)
+        sizes = [tf.TensorShape(s).num_elements() * tf.as_dtype(d).size for s, d in shapes_and_dtypes]
+        backward = list(range(len(sizes)))[::-1]
+        return [self._units([backward[j] for j in reversed(group)], shapes_and_dtypes, names, num_workers)
+                for group in buckets([sizes[i] for i in backward], self.bucket_bytes)]
+
     def units(self, shapes_and_dtypes, names, num_workers):
-        """How tensors are compressed: [(positions, name, compressor)]. Compressors that
-        batch same-shape tensors (the low-rank ones) get such tensors stacked, as one
-        unit named after its members (under a Plan, tensors of the same compressor
-        only); every other tensor is a unit of its own."""
+        """How tensors are compressed: [(positions, name, compressor)], the pipeline's buckets in turn."""
+        return [unit for bucket in self.pipeline(shapes_and_dtypes, names, num_workers) for unit in bucket]
+
+    def _units(self, positions, shapes_and_dtypes, names, num_workers):
         units, batched = [], {}
-        for i, ((shape, dtype), name) in enumerate(zip(shapes_and_dtypes, names)):
+        for i in positions:
+            (shape, dtype), name = shapes_and_dtypes[i], names[i]
             compressor = self.plan(shape, dtype, num_workers, name)
             key = (tuple(tf.TensorShape(shape).as_list()), tf.as_dtype(dtype), compressor)
             if compressor is not self.dense and compressor.batches_same_shape and key in batched:
@@ -294,51 +320,87 @@ class Exchange:
         k = collectives.num_workers
         shapes_and_dtypes = [(g.shape, g.dtype) for g in grads]
         state.build(self.state_specs(shapes_and_dtypes, names, k))
-        units = self.units(shapes_and_dtypes, names, k)
+        pipeline = self.pipeline(shapes_and_dtypes, names, k)
+        checks = self._checks([c for bucket in pipeline for _, _, c in bucket])
         probe = hooks.observer()  # a tfcomp.callbacks.Timeline records this step
         if probe is not None:
             plan = {names[i]: (type(c).__name__, c.payload_bytes(*shapes_and_dtypes[i]))
-                    for positions, _, c in units for i in positions}
+                    for bucket in pipeline for positions, _, c in bucket for i in positions}
             grads = probe.gradients_ready(grads, names, plan, by_exchange=True)
             collectives = probe.timed(collectives)
-
-        def run(units, phase=0):
-            return lambda: self._exchange(grads, names, units, state, collectives, reduce_op, phase)
-
-        # Every worker counts the same steps, so all take the same branches; a unit
-        # runs phase step % its phases (step % lcm, taken modulo its phases).
-        phases = math.lcm(*(c.phases for _, _, c in units)) if units else 1
-        compressed = run(units)
-        if phases > 1:
-            branches = [run(units, phase) for phase in range(phases)]
-            compressed = lambda: tf.switch_case(tf.cast(state.step % phases, tf.int32), branches)
-        if self.warmup_steps:
-            dense = [([i], name, self.dense) for i, name in enumerate(names)]
-            exchanged = lambda: tf.cond(state.step < self.warmup_steps, run(dense), compressed)
-        else:
-            exchanged = compressed
-        if self._checks([c for _, _, c in units]):
-            finite = all_workers_finite(grads, collectives)
-            if probe is not None:  # compression starts once the flag is known
-                finite = probe.gate(finite, probe.mark("exchange_begin", after=finite))
-            results = tf.cond(finite, exchanged, run(self._nonfinite_units(grads, names)))
+        results = [None] * len(grads)
+        flags, before = [], []  # per bucket: "my gradients are finite"; the state as the step found it
+        last = None  # the last collective so far: the next one waits for it
+        for bucket in pipeline:
+            inputs = grads
+            if checks:
+                finite, inputs = self._locally_finite(bucket, grads)
+                flags.append(finite)
+                before += [(v, v.read_value()) for _, name, c in bucket if c is not self.dense
+                           for v in (state.get(name) or {}).values()]
+            outputs, last = self._bucket(bucket, inputs, names, state, collectives, reduce_op, last)
+            for i, result in outputs.items():
+                results[i] = result
+        if checks:
+            if probe is not None:  # the flag's allreduce, after the last decompression
+                flags = probe.gate(flags, probe.mark("finite_check", after=[*results, *flags]))
+            finite = all_workers_finite(flags, InOrder(collectives, last))
+            results = tf.cond(finite, lambda: results,
+                              lambda: [_nan_like(r) if r.dtype.is_floating else r for r in results])
+            _undo_unless(finite, before)
             advance = tf.cast(finite, tf.int64)
         else:
-            results, advance = exchanged(), 1
+            advance = 1
         if probe is not None:
             results = probe.gate(results, probe.mark("exchange_end", after=results))
         with tf.control_dependencies(results):
             state.step.assign_add(advance)
         return results
 
-    def _nonfinite_units(self, grads, names):
-        """A step with a non-finite gradient somewhere: NaN for every floating-point
-        gradient, computed locally (and the rare integer gradients averaged exactly)."""
-        return [([i], name, self.dense if not g.dtype.is_floating else _NAN_FILL)
-                for i, (g, name) in enumerate(zip(grads, names))]
+    def _locally_finite(self, bucket, grads):
+        """(whether this worker's gradients in bucket are finite, grads with the bucket's
+        compressed ones zeroed where they are not): compressors never see a NaN or Inf,
+        so no op trips on one and the state they write stays finite until it is undone."""
+        positions = [i for p, _, _ in bucket for i in p]
+        floating = [grads[i] for i in positions if grads[i].dtype.is_floating]
+        if not floating:
+            return tf.constant(True), grads
+        finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in floating]))
+        compressed = [i for p, _, c in bucket if c is not self.dense for i in p]
+        if not compressed:
+            return finite, grads
+        kept = tf.cond(finite, lambda: [grads[i] for i in compressed],
+                       lambda: [tf.zeros_like(grads[i]) for i in compressed])
+        inputs = list(grads)
+        for i, g in zip(compressed, tf.nest.flatten(kept)):
+            inputs[i] = g
+        return finite, inputs
+
+    def _bucket(self, bucket, grads, names, state, collectives, reduce_op, last):
+        """({position: result}, its last collective) of one bucket, whose collectives
+        follow `last`: its warm-up and phase decided for it alone. Every worker counts
+        the same steps, so all take the same branches; a unit runs phase step % its
+        phases (step % the bucket's lcm, taken modulo its phases)."""
+        def run(units, phase=0):
+            return lambda: self._exchange(grads, names, units, state, InOrder(collectives, last), reduce_op,
+                                          phase)
+
+        phases = math.lcm(*(c.phases for _, _, c in bucket))
+        compressed = run(bucket)
+        if phases > 1:
+            branches = [run(bucket, phase) for phase in range(phases)]
+            compressed = lambda: tf.switch_case(tf.cast(state.step % phases, tf.int32), branches)
+        positions = [i for p, _, _ in bucket for i in p]
+        if self.warmup_steps and any(c is not self.dense for _, _, c in bucket):
+            dense = [([i], names[i], self.dense) for i in positions]
+            outputs, last = tf.cond(state.step < self.warmup_steps, run(dense), compressed)
+        else:
+            outputs, last = compressed()
+        return dict(zip(positions, outputs)), last
 
     def _exchange(self, grads, names, units, state, collectives, reduce_op, phase):
-        """Compresses, communicates and decompresses every unit by its plan."""
+        """Compresses, communicates and decompresses units by their plan: (their results,
+        in the order of the units' positions, the token of their last collective)."""
         inputs = [grads[p[0]] if len(p) == 1 else tf.stack([grads[i] for i in p]) for p, _, _ in units]
         pending = []
         for u, ((positions, name, compressor), grad) in enumerate(zip(units, inputs)):
@@ -361,11 +423,10 @@ class Exchange:
                 else:
                     outputs[u] = out
             pending = next_pending
-        results = [None] * len(grads)
+        results = []
         for (positions, _, _), out in zip(units, outputs):
-            for i, part in zip(positions, [out] if len(positions) == 1 else tf.unstack(out)):
-                results[i] = part
-        return results
+            results += [out] if len(positions) == 1 else tf.unstack(out)
+        return results, collectives.token()
 
     def _run_round(self, pending, grads, collectives):
         """Runs one round's collectives for every pending tensor; outputs per tensor."""
@@ -386,27 +447,61 @@ class Exchange:
         return outputs
 
 
-def all_workers_finite(grads, collectives):
+class InOrder:
+    """An engine's collectives, each call made to wait for the one before; the first
+    waits for `last` (a token(), or None). Buckets run in tf.cond branches of their
+    own, which TensorFlow does not order, so this keeps the collectives in the
+    exchange's order on every worker, whatever the engine (tf.distribute's
+    launcher runs here without its ordering token, which would order whole
+    branches: a bucket's compression would wait for the last bucket's)."""
+
+    def __init__(self, inner, last):
+        self._inner = inner
+        self.num_workers = inner.num_workers
+        self._last = last
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def allreduce(self, buffers):
+        return self._call(self._inner.allreduce, buffers)
+
+    def allgather(self, buffers):
+        return self._call(self._inner.allgather, buffers)
+
+    def _call(self, run, buffers):
+        if self._last is not None and not tf.executing_eagerly():
+            with tf.control_dependencies([self._last]):
+                buffers = [tf.identity(b) for b in buffers]
+        outputs = run(buffers)
+        # A value read from every output: a control dependency on a function call's output
+        # (Horovod's collectives are calls) does not wait for the call's body.
+        self._last = tf.add_n([tf.reduce_sum(tf.cast(tf.reshape(o, [-1])[:1], tf.float32)) for o in outputs])
+        return outputs
+
+    def token(self):
+        """A float32 scalar computed once the last collective so far is done."""
+        return tf.constant(0.0) if self._last is None else tf.identity(self._last)
+
+
+def all_workers_finite(flags, collectives):
     """True on every worker iff no worker's floating-point gradients hold a NaN or
-    Inf: one float32 flag per worker, summed by one allreduce."""
-    local = [tf.reduce_all(tf.math.is_finite(g)) for g in grads if g.dtype.is_floating]
-    if not local:
-        return tf.constant(True)
-    flag = 1.0 - tf.cast(tf.reduce_all(tf.stack(local)), tf.float32)
+    Inf, from this worker's flags (one per bucket): one float32 flag per worker,
+    summed by one allreduce, issued after every bucket's collectives."""
+    flag = 1.0 - tf.cast(tf.reduce_all(tf.stack(flags)), tf.float32)
     return tf.equal(collectives.allreduce([tf.reshape(flag, [1])])[0][0], 0.0)
 
 
-class _NaNFill(Compressor):
-    """What a non-finite step returns for a gradient: NaN, with no collective and no state."""
-
-    def payload_specs(self, shape, dtype):
-        return [[]]
-
-    def compress(self, grad, state, ctx):
-        return Round([], lambda _: tf.fill(tf.shape(grad), tf.constant(float("nan"), grad.dtype)))
+def _undo_unless(finite, before):
+    """Puts every variable back to the value it had (before: [(variable, value read
+    before the step wrote it)]) unless finite: a non-finite step changes no state."""
+    if not before:
+        return
+    tf.cond(finite, tf.no_op, lambda: tf.group([v.assign(value) for v, value in before]))
 
 
-_NAN_FILL = _NaNFill()
+def _nan_like(t):
+    return tf.fill(tf.shape(t), tf.constant(float("nan"), t.dtype))
 
 
 def _dense(grad, name):
