@@ -313,6 +313,33 @@ def test_model_fit_on_two_workers_with_compression(tmp_path):
         assert sum(t["bytes"] for t in tensors) == 4 * (256 * 2048 + 2048 * 2048 + 2048 * 10 + 2048 + 2048 + 10)
 
 
+@pytest.mark.parametrize("bucket_bytes", [2**20, 2**26], ids=["1MiB-buckets", "one-bucket"])
+def test_recorded_as_it_runs_a_compressed_collective_ends_before_backward_does(tmp_path, bucket_bytes):
+    """The exchange's pipeline: the bucket of the last layers (its kernel compressed, gathered) is
+    exchanged while backward computes the first layers' gradients. With every tensor in one
+    bucket, compression waits for all of them, so no collective can end before backward does."""
+    results = run_timeline_workers(tmp_path, compression="EFSignSGD", hidden=2048, steps=10, start_step=2,
+                                   num_steps=8, bucket_bytes=bucket_bytes, serialize=False)
+    for result in results:
+        doc, rows = read_files(result["paths"])
+        records = result["records"]
+        assert [r["step"] for r in records] == list(range(2, 10))
+        leads = []  # how long before backward ended the first compressed collective began
+        for record in records:
+            assert record["phases"] == ["input", "forward_backward", "communicate", "apply", "metrics"], record
+            gathers = [c for c in record["collectives"] if c["collective"] == "allgather"]
+            assert gathers and all(c["begin"] <= c["end"] for c in gathers)
+            leads.append(record["backward_end"] - min(c["begin"] for c in gathers))
+        buckets = {c["bucket"] for r in records for c in r["collectives"] if c["bucket"] is not None}
+        if bucket_bytes == 2**20:
+            assert len(buckets) >= 3
+            assert statistics.median(leads) > 0, leads
+        else:
+            assert buckets == {0} and statistics.median(leads) <= 0, leads
+        tracks = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+        assert {f"bucket {b} collectives" for b in buckets} <= tracks
+
+
 def test_model_fit_under_tf_distributes_own_strategy(tmp_path):
     results = run_timeline_workers(tmp_path, compression="plain", hidden=256, steps=6, start_step=1, num_steps=5)
     for result in results:

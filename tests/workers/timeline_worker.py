@@ -25,6 +25,8 @@ flags.DEFINE_integer("start_step", 2, "Timeline window start.")
 flags.DEFINE_integer("num_steps", 8, "Timeline window length.")
 flags.DEFINE_integer("hidden", 512, "Hidden units (larger: longer steps).")
 flags.DEFINE_integer("warmup_steps", 0, "Exchange option.")
+flags.DEFINE_integer("bucket_bytes", None, "Exchange option (default: the exchange's).")
+flags.DEFINE_bool("serialize", True, "Timeline option: False records the step as it runs.")
 
 GLOBAL_BATCH = 256
 FEATURES = 256
@@ -50,8 +52,9 @@ def make_strategy():
     compressor = workload.compressor(FLAGS.compression)
     if isinstance(compressor, Sparsifier):
         compressor = workload.compressor(FLAGS.compression, ratio=0.01)
+    buckets = {} if FLAGS.bucket_bytes is None else {"bucket_bytes": FLAGS.bucket_bytes}
     return tfcomp.distribute.MultiWorkerMirroredStrategy(
-        compressor, communication_options=options, selection=False, warmup_steps=FLAGS.warmup_steps)
+        compressor, communication_options=options, selection=False, warmup_steps=FLAGS.warmup_steps, **buckets)
 
 
 def train_fit(strategy, timeline, x, y):
@@ -100,10 +103,13 @@ def main(argv):
     del argv
     x, y = data()
     strategy = make_strategy()
-    timeline = tfcomp.callbacks.Timeline(FLAGS.timeline, start_step=FLAGS.start_step, num_steps=FLAGS.num_steps)
+    timeline = tfcomp.callbacks.Timeline(FLAGS.timeline, start_step=FLAGS.start_step, num_steps=FLAGS.num_steps,
+                                         serialize=FLAGS.serialize)
     times = (train_fit if FLAGS.loop == "fit" else train_custom)(strategy, timeline, x, y)
     result = {"step_times": times, "paths": {k: str(v) for k, v in timeline.paths().items()},
-              "worker": timeline.worker}
+              "worker": timeline.worker,
+              "records": [{"step": r.step, "backward_end": r.backward_end, "collectives": r.collectives,
+                           "phases": [s.phase for s in r.segments]} for r in timeline.records]}
     with open(FLAGS.out, "w") as f:
         json.dump(result, f)
 

@@ -142,7 +142,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
         cycle, self._cycle = self._cycle, None
         cycle["timeline"].on_train_end()  # writes the trace and puts Keras' train function back
         started = time.perf_counter()
-        model = from_timeline.model_profile(str(cycle["timeline"].paths()["trace"])).ready_at_backward_end()
+        model = from_timeline.model_profile(str(cycle["timeline"].paths()["trace"]))
         variables = {keras_in_use.tensor_name(v): v for v in self.model.trainable_variables}
         missing = [g.name for g in model.gradients if g.name not in variables]
         if missing:

@@ -20,6 +20,7 @@ graph.
 import contextlib
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from tfcomp.exchange import hooks
@@ -34,6 +35,32 @@ current = hooks.observer  # the Recorder of the step being traced, or None
 class Mark:
     kind: str  # a phase boundary (see segments.py), or "tensor_ready": one gradient's stamp
     meta: dict
+    boundary: bool = True  # False: a free stamp (Recorder.stamp), on a track of its own
+
+
+_ANCHOR = []  # the variable free stamps read: see Recorder.stamp
+
+
+def _anchor():
+    if not _ANCHOR:
+        from tfcomp.state.variables import worker_local_variables  # pylint: disable=import-outside-toplevel
+        with worker_local_variables():
+            _ANCHOR.append(tf.Variable(0.0, trainable=False, name="tfcomp_timeline_anchor"))
+    return _ANCHOR[0]
+
+
+@tf.function(autograph=False)
+def _free_timestamp(value):
+    """tf.timestamp() once value is computed, in a call that reads a variable nobody
+    writes: a stateful op with a resource input, which the automatic control
+    dependencies order only after writes to that resource (never), where a bare
+    tf.timestamp() would wait for every stateful op before it. value is used in
+    the result (less than any time), so the graph keeps the dependency."""
+    with tf.control_dependencies([value]):
+        stamp = tf.timestamp()
+    v = tf.cast(value, tf.float64)
+    below = -tf.abs(tf.where(tf.math.is_finite(v), v, tf.zeros_like(v))) - 1.0
+    return tf.maximum(stamp, below) + 0.0 * tf.cast(_anchor().read_value(), tf.float64)
 
 
 def _flat(tensors):
@@ -52,11 +79,14 @@ def _computed(tensors):
 class Recorder:
     """Allocates mark slots while a step is traced and reads them after it ran."""
 
-    def __init__(self, capacity=DEFAULT_CAPACITY):
+    def __init__(self, capacity=DEFAULT_CAPACITY, serialize=True):
         self.capacity = capacity
+        self.serialize = serialize  # False: the step runs as unrecorded, the exchange stamped freely
+        self.bucket = None  # the exchange's bucket being traced, for its collectives' stamps
         self.traces = []  # one list of Marks per traced step function; slot i+2 holds mark i
         self._marks = None
         self._variable = None
+        self._bucket_variables = {}  # bucket -> where its tf.cond branches write (serialize=False)
         self._eager_values = None
         self._gradients_seen = False
         self._graph, self._pending = None, []
@@ -86,6 +116,25 @@ class Recorder:
         self._write([self._allocate(Mark(kind, meta))], [stamp])
         return stamp
 
+    def stamp(self, kind, after, **meta):
+        """A free timestamp, taken once `after` is computed and waiting for nothing else
+        (no other mark, no collective): what the step runs does not change. Not a phase
+        boundary: segments leave it out; the trace puts it on a track of its own."""
+        values = [tf.reshape(t, [-1])[:1] for t in _flat(after) if isinstance(t, tf.Tensor)]
+        if tf.executing_eagerly() or not values:
+            stamp = tf.timestamp()
+        else:
+            stamp = _free_timestamp(tf.concat([tf.cast(v, tf.float32) for v in values], 0)[0])
+        self._write([self._allocate(Mark(kind, meta, boundary=False))], [stamp])
+        return stamp
+
+    def boundary(self, kind, tensors, after=None, **meta):
+        """tensors, after an exchange phase boundary: serialised, marked (once `after`,
+        by default tensors, is computed) and gated; otherwise unchanged."""
+        if not self.serialize:
+            return tensors
+        return self.gate(tensors, self.mark(kind, after=tensors if after is None else after, **meta))
+
     def gate(self, tensors, stamp):
         """tensors, computed only after stamp: ops that use them start after the mark."""
         if tf.executing_eagerly():
@@ -109,6 +158,13 @@ class Recorder:
             return grads
         dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         plan_meta = {n: {"compressor": c, "payload_bytes": b} for n, (c, b) in (plan or {}).items()}
+        if not self.serialize:  # each gradient stamped freely; nothing waits for all of them
+            if first:
+                for g, n in zip(dense, names):
+                    self.stamp("tensor_ready", [g], **_tensor_info(g, n))
+            if plan_meta:
+                self._allocate(Mark("plan", {"plan": plan_meta}, boundary=False))
+            return list(grads)
         if first:
             infos = [_tensor_info(g, n) for g, n in zip(dense, names)]
             if tf.executing_eagerly():  # already computed: only the sizes are worth recording
@@ -145,6 +201,8 @@ class Recorder:
             trace = int(self._eager_values[0])
             return trace, [self._eager_values.get(i + 2, -1.0) for i in range(len(self.traces[trace - 1]))]
         array = (self._variable if stored is None else stored).numpy()
+        for variable in self._bucket_variables.values():  # a slot holds its latest stamp in one of them
+            array = np.maximum(array, variable.numpy())
         marks = self.traces[int(array[0]) - 1]
         values = array[1:len(marks) + 2].copy()
         values[values < values[0]] = -1.0  # written by an earlier step: did not run in this one
@@ -175,15 +233,24 @@ class Recorder:
         if tf.compat.v1.get_default_graph() is self._graph:
             self._pending.extend(zip(slots, stamps))
         else:  # a tf.cond branch's graph: written there, if the branch runs
-            self._storage().scatter_nd_update([[s] for s in slots], tf.stack(stamps))
+            # Unserialised, each bucket's branches write a variable of their own: branches that
+            # write one variable would be ordered, the buckets' exchanges with them.
+            where = None if self.serialize else self.bucket
+            self._storage(where).scatter_nd_update([[s] for s in slots], tf.stack(stamps))
 
-    def _storage(self):
+    def _storage(self, bucket=None):
+        if bucket is not None:
+            if bucket not in self._bucket_variables:
+                self._bucket_variables[bucket] = self._new_slots(f"tfcomp_timeline_marks_bucket{bucket}")
+            return self._bucket_variables[bucket]
         if self._variable is None:
-            from tfcomp.state.variables import worker_local_variables  # pylint: disable=import-outside-toplevel
-            with worker_local_variables():
-                self._variable = tf.Variable(tf.fill([self.capacity], tf.constant(-1.0, tf.float64)),
-                                             trainable=False, name="tfcomp_timeline_marks")
+            self._variable = self._new_slots("tfcomp_timeline_marks")
         return self._variable
+
+    def _new_slots(self, name):
+        from tfcomp.state.variables import worker_local_variables  # pylint: disable=import-outside-toplevel
+        with worker_local_variables():
+            return tf.Variable(tf.fill([self.capacity], tf.constant(-1.0, tf.float64)), trainable=False, name=name)
 
 
 def _tensor_info(grad, name):
@@ -211,8 +278,14 @@ class TimedCollectives:
 
     def _call(self, kind, run, buffers):
         sizes = [nbytes(b) for b in buffers]
-        stamp = self._recorder.mark("collective_begin", after=buffers, collective=kind, index=self._calls,
-                                    bytes=sum(sizes), buffer_bytes=sizes, workers=self.num_workers)
+        meta = dict(collective=kind, index=self._calls, bytes=sum(sizes), buffer_bytes=sizes,
+                    workers=self.num_workers)
         self._calls += 1
-        outputs = run(self._recorder.gate(list(buffers), stamp))
-        return self._recorder.gate(outputs, self._recorder.mark("collective_end", after=outputs))
+        recorder = self._recorder
+        if not recorder.serialize:  # its payloads ready, and its results: free stamps, nothing gated
+            recorder.stamp("collective_begin", buffers, bucket=recorder.bucket, **meta)
+            outputs = run(buffers)
+            recorder.stamp("collective_end", outputs, bucket=recorder.bucket, index=meta["index"])
+            return outputs
+        outputs = run(recorder.gate(list(buffers), recorder.mark("collective_begin", after=buffers, **meta)))
+        return recorder.gate(outputs, recorder.mark("collective_end", after=outputs))

@@ -1,6 +1,7 @@
 """One recorded step as phases: the marks that ran, in order, cut the step into
 contiguous segments, each labelled by the mark that opens it (and, where that
 depends on what follows, by the next mark)."""
+import collections
 import dataclasses
 
 #: The phases, in the order they occur in a step.
@@ -25,6 +26,15 @@ class StepRecord:
     step: int
     segments: list
     tensors: list  # per gradient: name, shape, dtype, bytes, ready (seconds or None), order, plan
+    #: Recorded as the step runs (Timeline(serialize=False)): every collective of the exchange,
+    #: {bucket, collective, index, bytes, begin (its payloads ready), end (its results ready)}.
+    collectives: list = dataclasses.field(default_factory=list)
+
+    @property
+    def backward_end(self):
+        """When the last gradient was ready (None if no gradient was stamped)."""
+        ready = [t["ready"] for t in self.tensors if t["ready"] is not None]
+        return max(ready) if ready else None
 
     @property
     def start(self):
@@ -63,6 +73,8 @@ def _label(mark, following):
         return ("communicate", "fuse" if following == "collective_begin" else "unfuse", {})
     if kind == "round_end":  # the next round's payloads (PowerSGD's Q), or the last decompression
         return ("compress", "compress", {}) if following == "collective_begin" else ("decompress", "decompress", {})
+    if kind == "backward_end":  # recorded as it runs: the exchange's work left once backward is done
+        return "communicate", "exchange", {}
     if kind == "finite_check":  # the workers' non-finite flag, summed once every bucket is done
         return "communicate", "finite_flag", {}
     if kind in ("exchange_end", "aggregated"):
@@ -72,9 +84,19 @@ def _label(mark, following):
     raise ValueError(f"unknown timeline mark {kind!r}")
 
 
+_BACKWARD_END = collections.namedtuple("Boundary", "kind meta")("backward_end", {})
+
+
 def step_record(step, marks):
     """A StepRecord from Recorder.read()'s [(Mark, seconds or None)]."""
-    boundaries = [(m, t) for m, t in marks if m.kind != "tensor_ready" and t is not None]
+    boundaries = [(m, t) for m, t in marks if m.boundary and m.kind != "tensor_ready" and t is not None]
+    free = [(m, t) for m, t in marks if not m.boundary and t is not None]
+    ready = [t for m, t in free if m.kind == "tensor_ready"]
+    if ready and boundaries:  # recorded as it ran: forward_backward ends with the last gradient
+        end = max(ready)
+        at = next((i for i, (_, t) in enumerate(boundaries) if t > end), len(boundaries))
+        if 0 < at < len(boundaries):
+            boundaries.insert(at, (_BACKWARD_END, end))
     segments = []
     for (mark, start), (following, end) in zip(boundaries, boundaries[1:]):
         phase, name, args = _label(mark, following.kind)
@@ -91,4 +113,7 @@ def step_record(step, marks):
     ready = sorted((t["ready"], i) for i, t in enumerate(tensors) if t["ready"] is not None)
     for order, (_, i) in enumerate(ready):
         tensors[i]["order"] = order
-    return StepRecord(step, segments, tensors)
+    ends = {m.meta["index"]: t for m, t in free if m.kind == "collective_end"}
+    collectives = [dict(m.meta, begin=t, end=ends.get(m.meta["index"]))
+                   for m, t in free if m.kind == "collective_begin"]
+    return StepRecord(step, segments, tensors, collectives)

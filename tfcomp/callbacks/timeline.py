@@ -46,15 +46,22 @@ class Timeline(tf.keras.callbacks.Callback):
     ms); with wrap(..., return_marks=True) the step returns them instead:
     `outputs, marks = step(batch)`, then `timeline.record(marks)`.
 
-    Phases are serialised where they could overlap (compression waits for
-    every gradient, each collective for the one before), which the overhead
-    benchmark (benchmarks/timeline_overhead/) measures. On a GPU the
+    By default (serialize=True) phases are serialised where they could overlap
+    (compression waits for every gradient, each collective for the one before),
+    so that each is timed alone; the overhead benchmark
+    (benchmarks/timeline_overhead/) measures what that costs. With
+    serialize=False the step runs as it does unrecorded, the exchange's buckets
+    overlapping backward and one another: each gradient and each collective is
+    stamped by itself (waiting for nothing else), the trace shows every bucket's
+    collectives on a track of their own, records[i].collectives lists them, and
+    the phases are input, forward_backward (to the last gradient), communicate
+    (the exchange left after it: "exchange"), apply and metrics. On a GPU the
     timestamps are taken when the host runs the op, which for kernels queued
     on the GPU may be before they finish.
     """
 
     def __init__(self, path, start_step=1, num_steps=100, worker=None, tensorboard_dir=None,
-                 capacity=probe.DEFAULT_CAPACITY):
+                 capacity=probe.DEFAULT_CAPACITY, serialize=True):
         super().__init__()
         if start_step < 0 or num_steps < 1:
             raise ValueError(f"need start_step >= 0 and num_steps >= 1, got {start_step}, {num_steps}")
@@ -65,7 +72,7 @@ class Timeline(tf.keras.callbacks.Callback):
         self.worker, self.worker_index = _worker_name(worker)
         self._snapshots = []  # (step, Recorder.snapshot()): decoded into records when asked for
         self._records = []
-        self._recorder = probe.Recorder(capacity)
+        self._recorder = probe.Recorder(capacity, serialize=serialize)
         self._step = 0
         self._keras_function = None
         self._instrumented = None

@@ -1,7 +1,9 @@
 """Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing): one
 process per worker, one track per phase, a complete event ("ph": "X", ts and
 dur in microseconds) per segment, and an instant event per gradient when it
-became ready. Timestamps are tf.timestamp()'s wall clock, so the files of
+became ready. A step recorded as it runs (Timeline(serialize=False)) adds a
+track per bucket of the exchange: each collective from its payloads being
+ready to its results being ready, overlapping the backward pass where it does. Timestamps are tf.timestamp()'s wall clock, so the files of
 workers on one host (or on hosts with synchronised clocks) line up when merged.
 
     python -m tfcomp.callbacks.merge merged.json timeline/*.trace.json
@@ -26,9 +28,21 @@ def events(records, pid, worker):
     for tid, name in tracks.items():
         out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
         out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+    buckets = sorted({c["bucket"] for r in records for c in r.collectives if c["bucket"] is not None})
+    for bucket in [None, *buckets] if any(r.collectives for r in records) else []:
+        tid, name = _collective_track(bucket)
+        out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
+        out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
     for record in records:
         if not record.segments:
             continue
+        for c in record.collectives:
+            if c["begin"] is None or c["end"] is None:
+                continue
+            ts = _us(c["begin"])
+            out.append({"ph": "X", "pid": pid, "tid": _collective_track(c["bucket"])[0],
+                        "name": f"{c['collective']}#{c['index']}", "cat": "collective", "ts": ts,
+                        "dur": round(_us(c["end"]) - ts, 3), "args": {"step": record.step, **c}})
         start = _us(record.start)
         out.append({"ph": "X", "pid": pid, "tid": STEP_TRACK, "name": f"step {record.step}", "cat": "step",
                     "ts": start, "dur": round(_us(record.segments[-1].end) - start, 3),
@@ -44,6 +58,13 @@ def events(records, pid, worker):
                 out.append({"ph": "i", "s": "t", "pid": pid, "tid": GRADIENT_TRACK, "name": tensor["name"],
                             "cat": "gradient", "ts": _us(tensor["ready"]), "args": args})
     return out
+
+
+def _collective_track(bucket):
+    """(tid, name) of a bucket's collectives (bucket None: the exchange's own, the non-finite flag)."""
+    if bucket is None:
+        return GRADIENT_TRACK + 1, "exchange collectives"
+    return GRADIENT_TRACK + 2 + bucket, f"bucket {bucket} collectives"
 
 
 def document(records, pid, worker):

@@ -331,7 +331,9 @@ class Exchange:
         results = [None] * len(grads)
         flags, before = [], []  # per bucket: "my gradients are finite"; the state as the step found it
         last = None  # the last collective so far: the next one waits for it
-        for bucket in pipeline:
+        for index, bucket in enumerate(pipeline):
+            if probe is not None:
+                probe.bucket = index
             inputs = grads
             if checks:
                 finite, inputs = self._locally_finite(bucket, grads)
@@ -343,7 +345,8 @@ class Exchange:
                 results[i] = result
         if checks:
             if probe is not None:  # the flag's allreduce, after the last decompression
-                flags = probe.gate(flags, probe.mark("finite_check", after=[*results, *flags]))
+                probe.bucket = None
+                flags = probe.boundary("finite_check", flags, after=[*results, *flags])
             finite = all_workers_finite(flags, InOrder(collectives, last))
             results = tf.cond(finite, lambda: results,
                               lambda: [_nan_like(r) if r.dtype.is_floating else r for r in results])
@@ -414,7 +417,7 @@ class Exchange:
         while pending:
             returned = self._run_round(pending, inputs, collectives)
             if probe is not None:  # decompression starts when the round's collectives are done
-                returned = probe.gate(returned, probe.mark("round_end", after=returned))
+                returned = probe.boundary("round_end", returned)
             next_pending = []
             for (u, compressed, rnd), payloads in zip(pending, returned):
                 out = rnd.finish(payloads)
@@ -435,7 +438,9 @@ class Exchange:
             for j, payload in enumerate(rnd.payloads):
                 slots.setdefault((payload.collective, compressed), []).append((pos, j, payload.tensor))
         outputs = [[None] * len(rnd.payloads) for _, _, rnd in pending]
-        for (kind, compressed), entries in slots.items():
+        # Compressed payloads first: a bucket's first collective also waits for the slowest
+        # worker to get there, and the dense ones (biases) wait as well behind it.
+        for (kind, compressed), entries in sorted(slots.items(), key=lambda slot: not slot[0][1]):
             cap = self.bucket_bytes
             if compressed:
                 sent = sum(fusion.nbytes(t) for _, _, t in entries)

@@ -39,10 +39,10 @@ def define_flags(fv):
                       "times (without --link_probe).", flag_values=fv)
     flags.DEFINE_integer("probe_max_bytes", 4 << 20, "Largest probe message per worker, in bytes.", flag_values=fv)
     flags.DEFINE_integer("runs", 7, "Timed calls per measurement (the median is kept).", flag_values=fv)
-    flags.DEFINE_bool("overlap_backward", False, "Keep each gradient's measured ready time, for an exchange that "
-                      "starts while the backward pass still runs; by default every gradient is saved ready when "
-                      "the backward pass ends, as tfcomp's exchange and Keras' model.fit receive them all at once.",
-                      flag_values=fv)
+    flags.DEFINE_bool("overlap_backward", True, "Keep each gradient's measured ready time: tfcomp's exchange "
+                      "starts a bucket while the backward pass still computes the rest. --nooverlap_backward saves "
+                      "every gradient ready when the backward pass ends, for an exchange that waits for all of "
+                      "them (tfcomp before its pipeline).", flag_values=fv)
     flags.DEFINE_string("name", None, "The model's name in the profile (default: the trace's worker).",
                         flag_values=fv)
     flags.DEFINE_float("sgd_momentum", None, "The model trains with Keras SGD and this momentum: the compressors "
