@@ -169,7 +169,7 @@ def test_faster_compute_divides_compute_and_codec_not_links_or_vector_adds():
     assert whatif_model.faster_compute(scanned, 4).finite_scan(1e6) == pytest.approx(scanned.finite_scan(1e6) / 4)
 
 
-def test_whatif_and_predict_put_the_finite_check_before_compressed_steps_only():
+def test_whatif_and_predict_add_the_finite_check_to_compressed_steps_only():
     profile = dataclasses.replace(synthetic_profile(), finite_scan=SizeTable([(1e4, 1e-4), (1e7, 4e-3)]))
     plain = whatif_model.sweep(synthetic_profile(), [1.0, 10.0], [2, 8], ["TopK"])
     checked = whatif_model.sweep(profile, [1.0, 10.0], [2, 8], ["TopK"])

@@ -15,7 +15,8 @@ from tfcomp.analysis.model import synthetic
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer
 from tfcomp.analysis.model.fusion_policies import BucketFusion, CycleFusion
 from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.model.simulator import TensorCompression, finite_check_s, simulate, simulate_profile
+from tfcomp.analysis.model.simulator import (TensorCompression, compression_from_profile, finite_check_costs,
+                                              simulate, simulate_profile)
 from tfcomp.costs.tables import SizeTable
 
 MB = 1e6
@@ -323,9 +324,10 @@ def test_profile_round_trips_through_json(tmp_path):
     assert slow.iteration_s > simulate_profile(loaded, 8).iteration_s
 
 
-def test_the_finite_check_gates_the_exchange_after_the_scan_and_one_flag_allreduce(tmp_path):
-    """tfcomp's exchange sends nothing before every worker's gradients are known finite:
-    backward pass, the scan of every gradient (measured per size), one 4-byte allreduce."""
+def test_the_finite_check_scans_each_bucket_and_allreduces_one_flag_after_them(tmp_path):
+    """tfcomp's exchange scans each bucket's gradients (measured per size) before it compresses
+    them and sends one 4-byte allreduce after every bucket's collectives: the buckets still
+    leave as their gradients are ready, and the step waits for the flag."""
     old = small_profile()
     assert old.finite_scan is None and "finite_scan" not in old.to_dict()  # profiles before it still load
     with pytest.raises(ValueError, match="no finite_scan"):
@@ -336,18 +338,19 @@ def test_the_finite_check_gates_the_exchange_after_the_scan_and_one_flag_allredu
     profile.save(path)
     loaded = Profile.load(path)
     assert loaded.finite_scan.points() == scan.points() and loaded.to_dict() == profile.to_dict()
-    expected = (profile.model.backward_s + sum(scan.seconds_at(g.nbytes) for g in profile.model.gradients)
-                + costs.ring_allreduce(4, 8, profile.allreduce))
-    assert finite_check_s(profile, 8, profile.allreduce) == pytest.approx(expected, rel=1e-12)
-    assert finite_check_s(profile, 1, profile.allreduce) < expected  # one worker allreduces nothing
+    compression = compression_from_profile(profile.compressor("PowerSGD"), profile.model, 8)
+    scanned, flag = finite_check_costs(profile, compression, 8, profile.allreduce)
+    for g in profile.model.gradients:
+        assert scanned[g.name].encode_s == pytest.approx(compression[g.name].encode_s + scan.seconds_at(g.nbytes))
+        assert scanned[g.name].transfers == compression[g.name].transfers
+    assert flag == pytest.approx(costs.ring_allreduce(4, 8, profile.allreduce), rel=1e-12)
+    assert finite_check_costs(profile, compression, 1, profile.allreduce)[1] == 0.0  # one worker allreduces nothing
     plain = simulate_profile(profile, 8, compressor="PowerSGD")
     checked = simulate_profile(profile, 8, compressor="PowerSGD", finite_check=True)
-    assert checked.sync_s >= expected and checked.iteration_s > plain.iteration_s
-    # every gradient at the backward pass's end, nothing overlapping: the gate adds exactly its time
-    late = dataclasses.replace(profile, model=profile.model.ready_at_backward_end())
-    gate = finite_check_s(late, 8, late.allreduce) - late.model.backward_s
-    assert (simulate_profile(late, 8, compressor="PowerSGD", finite_check=True).sync_s
-            == pytest.approx(simulate_profile(late, 8, compressor="PowerSGD").sync_s + gate, rel=1e-12))
+    scans_only = simulate(profile.model, 8, profile.allreduce, allgather_link=profile.allgather,
+                          addest=profile.addest, compression=scanned)
+    assert plain.iteration_s < checked.iteration_s
+    assert scans_only.sync_s <= checked.sync_s <= scans_only.sync_s + flag + 1e-12
 
 
 def test_a_float16_allreduce_pays_the_engines_extra_sum_cost_and_a_float32_one_does_not(tmp_path):

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from tfcomp.analysis.model.fusion_policies import BucketFusion, CycleFusion
 from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.model.simulator import CollectiveCosts, finite_check_s, simulate, simulate_profile
+from tfcomp.analysis.model.simulator import (CollectiveCosts, TensorCompression, finite_check_costs, simulate,
+                                              simulate_profile)
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer
 from tfcomp.costs.tables import SizeTable, isotonic
 
@@ -74,7 +75,10 @@ def test_encode_decode_and_the_finite_scan_are_read_from_the_fits():
     fit = falling.monotone()
     assert fit(1e3) == fit(1e4) == pytest.approx(2.5e-5)
     assert result.encode_s == pytest.approx(2 * 2.5e-5) and result.decode_s == pytest.approx(2 * 2.5e-5)
-    assert finite_check_s(profile, 2, Link(0.0, 1e12)) == pytest.approx(0.01 + 2 * 2.5e-5, rel=1e-6)
+    dense = {g.name: TensorCompression.dense(g.nbytes) for g in grads}
+    scanned, flag = finite_check_costs(profile, dense, 2, Link(0.0, 1e12))
+    assert [scanned[g.name].encode_s for g in grads] == pytest.approx([2.5e-5, 2.5e-5])
+    assert flag == pytest.approx(0.0, abs=1e-9)
 
 
 @st.composite

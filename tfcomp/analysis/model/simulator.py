@@ -246,10 +246,14 @@ class CollectiveCosts:
     burst_s: float = 0.0
     start_s: float = 0.0  # no bucket leaves earlier (seconds after the backward pass began)
     half_extra: SizeTable = dataclasses.field(default_factory=no_half_extra)
+    #: A last collective, after every bucket's and every bucket's encoding, that the step
+    #: waits for: its seconds (tfcomp's non-finite flag, finite_check).
+    finish_s: float = 0.0
 
     def __post_init__(self):
         check_number(self.burst_s, "burst_s")
         check_number(self.start_s, "start_s")
+        check_number(self.finish_s, "finish_s")
         # a vector add of more bytes never takes less time: the measured points' isotonic fit
         object.__setattr__(self, "addest", self.addest.monotone())
 
@@ -355,6 +359,8 @@ def advance(model, loads, network, at: Progress, *, begin=0, compression_ratio=1
         at.encode += load.encode_s + load.compute_encode_s
         at.decode += load.decode_s + load.compute_decode_s
     sync = max(at.encode_free, at.stream_free, at.decode_free)
+    if network.finish_s:
+        sync = max(sync, max(at.encode_free, at.stream_free) + network.finish_s)
     if at.shift or at.compute_decode:
         compute_free = model.backward_s + at.shift  # the backward pass, lengthened by compute-stream encoding
         for done, seconds in at.compute_decode:
@@ -412,6 +418,8 @@ def trial_sync(model, rows, network, at: Progress, begin, changed, reference, ov
         if compute_decode_s:
             compute_decode += ((done, compute_decode_s),)
     sync = max(encode_free, stream_free, decode_free)
+    if network.finish_s:
+        sync = max(sync, max(encode_free, stream_free) + network.finish_s)
     if shift or compute_decode:
         compute_free = backward_s + shift
         for done, seconds in compute_decode:
@@ -423,7 +431,7 @@ def trial_sync(model, rows, network, at: Progress, begin, changed, reference, ov
 def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Optional[Link] = None,
              addest: Optional[SizeTable] = None, fusion=None,
              compression: Optional[Dict[str, TensorCompression]] = None, compression_ratio=1.0, overlap=True,
-             burst_s=0.0, start_s=0.0, half_extra: Optional[SizeTable] = None):
+             burst_s=0.0, start_s=0.0, half_extra: Optional[SizeTable] = None, finish_s=0.0):
     """One training step of model on `workers` workers (Zhang et al., Section 3's simulator).
 
     link prices allreduces (and allgathers unless allgather_link is given). addest
@@ -447,7 +455,7 @@ def simulate(model: ModelProfile, workers, link: Link, *, allgather_link: Option
     else:
         plan = [TensorCompression.dense(g.nbytes) for g in model.gradients]
     network = CollectiveCosts(workers, link, allgather_link or link, addest or SizeTable.zero("AddEst"), burst_s,
-                              start_s, half_extra or no_half_extra())
+                              start_s, half_extra or no_half_extra(), finish_s)
     loads = bucket_loads(model, plan, fusion or BucketFusion())
     return replay(model, loads, network, compression_ratio=ratio, overlap=overlap)
 
@@ -474,8 +482,7 @@ def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=Non
     """simulate() fed from a saved profile; compressor names a profiled compressor (None: dense),
     or strategy gives each gradient its own (strategy_compression's choices). For a what-if,
     link replaces the measured links (both, unless allgather_link is given too). finite_check:
-    the step runs tfcomp's exchange, which first checks every worker's gradients
-    (finite_check_s)."""
+    the step runs tfcomp's exchange with its non-finite check (finite_check_costs)."""
     if compressor is not None and strategy is not None:
         raise ValueError("give a compressor for every gradient or a per-gradient strategy, not both")
     compression = None
@@ -485,23 +492,28 @@ def simulate_profile(profile: Profile, workers, *, compressor=None, strategy=Non
         compression = strategy_compression(profile, strategy, workers)
     network = profile_network(profile, workers, link, allgather_link)
     if finite_check:
-        options["start_s"] = finite_check_s(profile, workers, network.allreduce)
+        compression, options["finish_s"] = finite_check_costs(
+            profile, compression or {g.name: TensorCompression.dense(g.nbytes) for g in profile.model.gradients},
+            workers, network.allreduce)
     return simulate(profile.model, workers, network.allreduce, allgather_link=network.allgather,
                     addest=profile.addest, compression=compression, half_extra=network.half_extra, **options)
 
 
-def finite_check_s(profile: Profile, workers, link: Link):
-    """When tfcomp's exchange (with check_finite, its default) can send its first bucket,
-    in seconds after the backward pass began: once every gradient is computed, scanned
-    for NaN and Inf (the profile's finite_scan, per gradient), and one float32 flag is
-    allreduced among the workers."""
+def finite_check_costs(profile: Profile, compression, workers, link: Link):
+    """What tfcomp's non-finite check (check_finite, its default) adds to a compressed step:
+    (compression with each gradient's scan for NaN and Inf (the profile's finite_scan)
+    added to its encoding, as each bucket scans its own gradients before it compresses;
+    seconds of the one float32 flag allreduced among the workers after every bucket's
+    collectives, which the step's results wait for: CollectiveCosts.finish_s)."""
     if profile.finite_scan is None:
         raise ValueError("the profile has no finite_scan (recorded before tfcomp measured it): record it again "
                          "to predict tfcomp's exchange with its finite check")
     table = profile.finite_scan.monotone()  # a scan of more bytes never takes less time
-    scan = sum(table.seconds_at(g.nbytes) for g in profile.model.gradients)
+    scanned = {g.name: dataclasses.replace(compression[g.name],
+                                           encode_s=compression[g.name].encode_s + table.seconds_at(g.nbytes))
+               for g in profile.model.gradients}
     flag = collective_s(ALLREDUCE, 4.0, check_workers(workers), link) if workers > 1 else 0.0
-    return profile.model.backward_s + scan + flag
+    return scanned, flag
 
 
 def burst_seconds(burst_bytes, link: Link):

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 
 from tfcomp.analysis.model.profile import GradientProfile, ModelProfile, Profile
-from tfcomp.analysis.model.simulator import compression_from_profile, finite_check_s, simulate
+from tfcomp.analysis.model.simulator import compression_from_profile, finite_check_costs, simulate
 from tfcomp.costs.tables import SizeTable
 from tfcomp.analysis.model.links import DENSE, links
 
@@ -119,10 +119,12 @@ def sweep(profile, bandwidths_gbps, workers, compressors, compute_speedups=(1.0,
                 if compressor is not None and (compression is None or compressor.decode_workers is not None):
                     compression = compression_from_profile(compressor, scaled.model, p)
                 for b, (link, gather) in enumerate(link_pairs):
-                    start = finite_check_s(scaled, p, link) if checked else 0.0
+                    run, finish = compression, 0.0
+                    if checked:
+                        run, finish = finite_check_costs(scaled, compression, p, link)
                     iteration[s, c, w, b] = simulate(scaled.model, p, link, allgather_link=gather,
-                                                     addest=scaled.addest, fusion=fusion, compression=compression,
-                                                     compression_ratio=ratio, start_s=start,
+                                                     addest=scaled.addest, fusion=fusion, compression=run,
+                                                     compression_ratio=ratio, finish_s=finish,
                                                      half_extra=scaled.half_allreduce_extra).iteration_s
     return Sweep(tuple(bandwidths_gbps), tuple(workers), tuple(compute_speedups), names, iteration, single, ratios)
 
