@@ -456,14 +456,19 @@ class InOrder:
     """An engine's collectives, each call made to wait for the one before; the first
     waits for `last` (a token(), or None). Buckets run in tf.cond branches of their
     own, which TensorFlow does not order, so this keeps the collectives in the
-    exchange's order on every worker, whatever the engine (tf.distribute's
-    launcher runs here without its ordering token, which would order whole
-    branches: a bucket's compression would wait for the last bucket's)."""
+    exchange's order on every worker (tf.distribute's launcher runs here without
+    its ordering token, which would order whole branches: a bucket's compression
+    would wait for the last bucket's). Collectives with matched_by_name (Horovod's)
+    pass through unchained."""
 
     def __init__(self, inner, last):
         self._inner = inner
         self.num_workers = inner.num_workers
-        self._last = last
+        # An engine whose collectives are matched by name and run in one order its
+        # coordinator decides (Horovod) needs no chain, and would pay a coordination
+        # cycle for each link of one.
+        self._chained = not getattr(inner, "matched_by_name", False)
+        self._last = last if self._chained else None
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -475,6 +480,8 @@ class InOrder:
         return self._call(self._inner.allgather, buffers)
 
     def _call(self, run, buffers):
+        if not self._chained:
+            return run(buffers)
         if self._last is not None and not tf.executing_eagerly():
             with tf.control_dependencies([self._last]):
                 buffers = [tf.identity(b) for b in buffers]

@@ -25,6 +25,10 @@ class HorovodCollectives:
     """The exchange's collective interface on Horovod: one grouped (fused)
     allreduce or allgather per call, over the global process set."""
 
+    #: Horovod's coordinator matches every rank's collectives by name and runs them in
+    #: one order it decides, so the exchange need not chain them (step.InOrder).
+    matched_by_name = True
+
     def __init__(self, device=""):
         self.num_workers = hvd.size()
         self._device = device
