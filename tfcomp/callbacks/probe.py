@@ -282,9 +282,11 @@ class TimedCollectives:
                     workers=self.num_workers)
         self._calls += 1
         recorder = self._recorder
-        if not recorder.serialize:  # its payloads ready, and its results: free stamps, nothing gated
-            recorder.stamp("collective_begin", buffers, bucket=recorder.bucket, **meta)
-            outputs = run(buffers)
+        if not recorder.serialize:  # its payloads ready, and its results: free stamps
+            # The collective waits for its own begin stamp (taken once its payloads are ready,
+            # waiting for nothing else), so a begin is never stamped after the collective ended.
+            begin = recorder.stamp("collective_begin", buffers, bucket=recorder.bucket, **meta)
+            outputs = run(recorder.gate(list(buffers), begin))
             recorder.stamp("collective_end", outputs, bucket=recorder.bucket, index=meta["index"])
             return outputs
         outputs = run(recorder.gate(list(buffers), recorder.mark("collective_begin", after=buffers, **meta)))
