@@ -113,9 +113,18 @@ def test_the_profile_file_keeps_where_decode_was_measured(tmp_path):
         Profile.load(path)
 
 
-def test_decode_is_timed_at_two_worker_counts_for_compressors_that_allgather():
+def test_the_per_copy_cost_is_the_least_squares_slope_and_never_negative():
+    pytest.importorskip("tensorflow")
+    from tfcomp.analysis.measure import codecs as measure  # pylint: disable=import-outside-toplevel
+    assert measure.per_worker_slope([2, 4, 8], [3.0, 5.0, 9.0]) == pytest.approx(1.0)
+    # One noisy timing moves the fit, not the whole slope: a pair (2, 4) alone would say 0.5, (4, 8) 1.5.
+    assert measure.per_worker_slope([2, 4, 8], [3.0, 4.0, 10.0]) == pytest.approx(17 / 14)
+    assert measure.per_worker_slope([2, 4, 8], [3.0, 2.0, 1.0]) == 0.0
+
+
+def test_decode_is_timed_at_three_worker_counts_for_compressors_that_allgather():
     """measure.compressor_profile times decode on a fabricated allgather result of num_workers
-    and of twice as many copies: the per-copy cost is their difference per worker."""
+    and of 2 and 4 times as many copies: the per-copy cost is the slope through the three."""
     pytest.importorskip("tensorflow")
     import tfcomp  # pylint: disable=import-outside-toplevel
     from tfcomp.analysis.measure import codecs as measure  # pylint: disable=import-outside-toplevel

@@ -144,8 +144,9 @@ def test_roundtrip_is_sign_times_scale(shape, dtype):
     np.testing.assert_array_equal(out, (signs * scale.numpy()).astype(np_dtype(dtype)))
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8, 16])
-@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000, 4097])
+# k past 8 on rows 4 KiB apart (n = 32768) and the AVX2 byte counters' limit (127)
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8, 16, 17, 127, 128])
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000, 4097, 32768])
 def test_majority_matches_numpy(k, n):
     rng = np.random.default_rng(k * 10000 + n)
     words = rng.integers(0, 2**32, size=(k, -(-n // 32)), dtype=np.uint64).astype(np.uint32)
@@ -305,8 +306,8 @@ def test_ef_pack_nan_inf(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-@pytest.mark.parametrize("k", [1, 2, 3, 8, 130])
-@pytest.mark.parametrize("n", [0, 1, 31, 33, 1000, 4097])
+@pytest.mark.parametrize("k", [1, 2, 3, 8, 16, 130])
+@pytest.mark.parametrize("n", [0, 1, 31, 33, 1000, 4097, 32768])
 def test_scaled_sum_matches_numpy(n, k, dtype):
     rng = np.random.default_rng(k * 1000 + n)
     words = rng.integers(0, 2**32, size=(k, -(-n // 32) + (n % 2)), dtype=np.uint64).astype(np.uint32)

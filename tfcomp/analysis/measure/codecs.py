@@ -12,9 +12,11 @@ remaining work after its last transfer).
 Decode runs on what the collectives return among num_workers workers (made here from
 this worker's payloads: an allgather returns one copy per worker). An allgathered
 payload is decoded once per worker, so for a compressor that allgathers, decode is
-timed again at twice the workers, and the difference per further worker kept
-(CompressorProfile.decode_per_worker): the model then prices decode linearly in the
-worker count it predicts for.
+timed again at 2 and 4 times the workers, and the least-squares slope through the
+three, per further worker, kept (CompressorProfile.decode_per_worker): the model
+then prices decode linearly in the worker count it predicts for. One difference of
+two timings set the slope before; a single noisy pair could make it 0 or double it
+(benchmarks/results/decode_scaling.md).
 """
 import contextlib
 import statistics
@@ -132,12 +134,21 @@ def control_dependencies_kept():
         tf.config.optimizer.set_experimental_options({"dependency_optimization": True if before is None else before})
 
 
+#: Where decode is timed again for a compressor that allgathers, as multiples of num_workers.
+SLOPE_WORKERS = (2, 4)
+
+
+def per_worker_slope(workers, seconds):
+    """Seconds each further worker adds: the least-squares slope of seconds over workers, never below 0."""
+    return max(0.0, float(np.polyfit(np.asarray(workers, float), np.asarray(seconds, float), 1)[0]))
+
+
 def compressor_profile(label, compressor, gradients, num_workers=2, runs=7):
     """CompressorProfile of a compressor on the model's gradients [(name, shape, dtype)]:
     encode and decode per size from each distinct gradient shape (the median over
     shapes of one size), decode as num_workers workers' payloads take it, and where a
     gradient's payload is allgathered, what each further worker's copy adds (decode
-    timed at 2 * num_workers too); payloads per gradient."""
+    timed at SLOPE_WORKERS times num_workers too, per_worker_slope); payloads per gradient."""
     payloads = {name: transfers(compressor, shape, dtype) for name, shape, dtype in gradients}
     by_size, per_worker = {}, {}
     for name, shape, dtype in gradients:
@@ -146,8 +157,9 @@ def compressor_profile(label, compressor, gradients, num_workers=2, runs=7):
             seconds = codec_seconds(compressor, shape, dtype, num_workers, runs)
             by_size.setdefault(nbytes, []).append((tuple(shape), dtype, seconds))
             if any(t.collective == ALLGATHER for t in payloads[name]):
-                more = codec_seconds(compressor, shape, dtype, 2 * num_workers, runs)
-                per_worker.setdefault(nbytes, []).append(max(0.0, (more[1] - seconds[1]) / num_workers))
+                workers = [num_workers] + [m * num_workers for m in SLOPE_WORKERS]
+                decodes = [seconds[1]] + [codec_seconds(compressor, shape, dtype, k, runs)[1] for k in workers[1:]]
+                per_worker.setdefault(nbytes, []).append(per_worker_slope(workers, decodes))
     sizes = sorted(by_size)
     encode = [(n, statistics.median(t[0] for *_, t in by_size[n])) for n in sizes]
     decode = [(n, statistics.median(t[1] for *_, t in by_size[n])) for n in sizes]

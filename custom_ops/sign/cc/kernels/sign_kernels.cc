@@ -3,6 +3,7 @@
 #define EIGEN_USE_THREADS
 #include "sign_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -51,6 +52,41 @@ void EfPackBlockGeneric(const T* g, const T* e, int64_t count, T scale, uint32_t
         count - i < sign::kBitsPerWord ? count - i : sign::kBitsPerWord);
     words[i / sign::kBitsPerWord] =
         sign::EfPackWord(g + i, e + i, in_word, scale, zero_bit, residual + i);
+  }
+}
+
+// The K-row decodes (majority, scaled sum) read one word of every row in turn.
+// Rows 4 KiB apart (any power-of-two tensor) share a cache set, and past the
+// set's ways (8 on current x86) every read misses: at 16 workers decode took 3x
+// its 8-worker time. Past kDirectRows rows they read a block of kBlockWords at a
+// time instead, each row's block (one cache line) copied whole before any is
+// used; at most kDirectRows rows are read in place, which costs no copy.
+constexpr int64_t kBlockWords = 16;
+constexpr int64_t kDirectRows = 8;
+
+// fn(rows, stride, first_word, count) over words [w_begin, w_end) of the k rows
+// of words (row stride num_words): rows[r * stride + i] is word first_word + i
+// of row r.
+template <typename Fn>
+void InBlocks(const uint32_t* words, int64_t k, int64_t num_words, int64_t w_begin, int64_t w_end,
+              Fn fn) {
+  if (k <= kDirectRows) {
+    fn(words + w_begin, num_words, w_begin, w_end - w_begin);
+    return;
+  }
+  std::vector<uint32_t> block(static_cast<size_t>(k) * kBlockWords);
+  for (int64_t first = w_begin; first < w_end; first += kBlockWords) {
+    const int64_t count = std::min<int64_t>(kBlockWords, w_end - first);
+    for (int64_t r = 0; r < k; ++r) {
+      const uint32_t* from = words + r * num_words + first;
+      uint32_t* to = block.data() + r * kBlockWords;
+      if (count == kBlockWords) {
+        std::memcpy(to, from, kBlockWords * sizeof(uint32_t));  // a fixed size: inlined
+      } else {
+        std::memcpy(to, from, static_cast<size_t>(count) * sizeof(uint32_t));
+      }
+    }
+    fn(block.data(), kBlockWords, first, count);
   }
 }
 
@@ -258,14 +294,15 @@ struct StoreVotes<Eigen::bfloat16> {
   }
 };
 
-// Majority over words [w_begin, w_end) of k <= 127 rows; the last word of n may
-// be partial.
+// Majority over words of k <= 127 rows (InBlocks' rows, stride, first_word and
+// count); the last word of n may be partial.
 template <typename T>
-__attribute__((target("avx2"))) void MajorityAvx2(const uint32_t* words, int64_t k,
-                                                  int64_t num_words, int64_t n, int64_t w_begin,
-                                                  int64_t w_end, T* out) {
-  for (int64_t w = w_begin; w < w_end; ++w) {
-    const __m256i votes = VotesAvx2(words + w, num_words, k);
+__attribute__((target("avx2"))) void MajorityAvx2(const uint32_t* rows, int64_t stride, int64_t k,
+                                                  int64_t n, int64_t first_word, int64_t count,
+                                                  T* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t w = first_word + i;
+    const __m256i votes = VotesAvx2(rows + i, stride, k);
     const int64_t first = w * sign::kBitsPerWord;
     if (n - first >= sign::kBitsPerWord) {
       StoreVotes<T>::Store(votes, out + first);
@@ -281,22 +318,22 @@ __attribute__((target("avx2"))) void MajorityAvx2(const uint32_t* words, int64_t
 // instruction, each worker's term added in row order from +0, as the generic
 // path. Lane j of group q shifts bit 8q + j of the word into the sign bit, and
 // -scale with that sign bit flipped is the term: +scale for a set bit.
-__attribute__((target("avx2"))) void ScaledSumFloatAvx2(const uint32_t* words,
-                                                        const float* scales, int64_t k,
-                                                        int64_t num_words, int64_t n,
-                                                        float weight, int64_t w_begin,
-                                                        int64_t w_end, float* out) {
+__attribute__((target("avx2"))) void ScaledSumFloatAvx2(const uint32_t* rows, int64_t stride,
+                                                        const float* scales, int64_t k, int64_t n,
+                                                        float weight, int64_t first_word,
+                                                        int64_t count, float* out) {
   const __m256i sign_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   const __m256i shifts[4] = {_mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24),
                              _mm256_setr_epi32(23, 22, 21, 20, 19, 18, 17, 16),
                              _mm256_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8),
                              _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0)};
   const __m256 w8 = _mm256_set1_ps(weight);
-  for (int64_t w = w_begin; w < w_end; ++w) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t w = first_word + i;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
     for (int64_t r = 0; r < k; ++r) {
-      const __m256i word = _mm256_set1_epi32(static_cast<int>(words[r * num_words + w]));
+      const __m256i word = _mm256_set1_epi32(static_cast<int>(rows[r * stride + i]));
       const __m256i neg_scale = _mm256_castps_si256(_mm256_set1_ps(-scales[r]));
       for (int q = 0; q < 4; ++q) {
         const __m256i bit = _mm256_and_si256(_mm256_sllv_epi32(word, shifts[q]), sign_bit);
@@ -396,34 +433,36 @@ void CountSetBits(const uint32_t* rows, int64_t stride, int64_t k, int32_t* posi
   }
 }
 
-// Generic majority over words [w_begin, w_end).
+// Generic majority (InBlocks' rows, stride, first_word and count).
 template <typename T>
-void MajorityGeneric(const uint32_t* words, int64_t k, int64_t num_words, int64_t n,
-                     int64_t w_begin, int64_t w_end, T* out) {
+void MajorityGeneric(const uint32_t* rows, int64_t stride, int64_t k, int64_t n, int64_t first_word,
+                     int64_t count, T* out) {
   // The three values, converted once: a conversion per element (half, bfloat16)
   // would cost more than the memory traffic.
   const T choices[3] = {static_cast<T>(-1.0f), static_cast<T>(0.0f), static_cast<T>(1.0f)};
-  for (int64_t w = w_begin; w < w_end; ++w) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t w = first_word + i;
     int32_t positives[sign::kBitsPerWord];
-    CountSetBits(words + w, num_words, k, positives);
+    CountSetBits(rows + i, stride, k, positives);
     const int64_t first = w * sign::kBitsPerWord;
     const int bits = static_cast<int>(std::min<int64_t>(sign::kBitsPerWord, n - first));
     for (int b = 0; b < bits; ++b) out[first + b] = choices[sign::MajorityVote(positives[b], k) + 1];
   }
 }
 
-// Generic scaled-sign sum over words [w_begin, w_end): for each element, the
-// rows' terms added in row order from 0, then times weight.
+// Generic scaled-sign sum (InBlocks' rows, stride, first_word and count): for
+// each element, the rows' terms added in row order from 0, then times weight.
 template <typename T>
-void ScaledSumGeneric(const uint32_t* words, const typename sign::Accumulator<T>::type* scales,
-                      int64_t k, int64_t num_words, int64_t n,
-                      typename sign::Accumulator<T>::type weight, int64_t w_begin, int64_t w_end,
-                      T* out) {
+void ScaledSumGeneric(const uint32_t* rows, int64_t stride,
+                      const typename sign::Accumulator<T>::type* scales,
+                      int64_t k, int64_t n, typename sign::Accumulator<T>::type weight,
+                      int64_t first_word, int64_t count, T* out) {
   using Acc = typename sign::Accumulator<T>::type;
-  for (int64_t w = w_begin; w < w_end; ++w) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t w = first_word + i;
     Acc acc[sign::kBitsPerWord] = {};
     for (int64_t r = 0; r < k; ++r) {
-      const uint32_t word = words[r * num_words + w];
+      const uint32_t word = rows[r * stride + i];
       for (int b = 0; b < sign::kBitsPerWord; ++b) acc[b] += sign::ScaledSign(word, b, scales[r]);
     }
     const int64_t first = w * sign::kBitsPerWord;
@@ -513,14 +552,17 @@ struct SignMajority<CPUDevice, T> {
   void operator()(OpKernelContext* ctx, const uint32_t* words, int64_t k,
                   int64_t num_words, int64_t n, T* out) {
     ShardCpu(ctx, sign::NumWords(n), 8 * (k + 4), [&](int64_t begin, int64_t end) {
+      InBlocks(words, k, num_words, begin, end,
+               [&](const uint32_t* rows, int64_t stride, int64_t first, int64_t count) {
 #if TFCOMP_X86
-      // Byte counters: up to 127 rows (a wider K takes the generic path).
-      if (k <= 127 && IsaSupported(Isa::kAvx2)) {
-        MajorityAvx2(words, k, num_words, n, begin, end, out);
-        return;
-      }
+                 // Byte counters: up to 127 rows (a wider K takes the generic path).
+                 if (k <= 127 && IsaSupported(Isa::kAvx2)) {
+                   MajorityAvx2(rows, stride, k, n, first, count, out);
+                   return;
+                 }
 #endif
-      MajorityGeneric(words, k, num_words, n, begin, end, out);
+                 MajorityGeneric(rows, stride, k, n, first, count, out);
+               });
     });
   }
 };
@@ -534,15 +576,18 @@ struct SignScaledSum<CPUDevice, T> {
     for (int64_t r = 0; r < k; ++r) wide[r] = static_cast<Acc>(scales[r]);
     const Acc wide_weight = static_cast<Acc>(weight);
     ShardCpu(ctx, sign::NumWords(n), 32 * (k + 2), [&](int64_t begin, int64_t end) {
+      InBlocks(words, k, num_words, begin, end,
+               [&](const uint32_t* rows, int64_t stride, int64_t first, int64_t count) {
 #if TFCOMP_X86
-      if constexpr (std::is_same<T, float>::value) {
-        if (IsaSupported(Isa::kAvx2)) {
-          ScaledSumFloatAvx2(words, wide.data(), k, num_words, n, wide_weight, begin, end, out);
-          return;
-        }
-      }
+                 if constexpr (std::is_same<T, float>::value) {
+                   if (IsaSupported(Isa::kAvx2)) {
+                     ScaledSumFloatAvx2(rows, stride, wide.data(), k, n, wide_weight, first, count, out);
+                     return;
+                   }
+                 }
 #endif
-      ScaledSumGeneric(words, wide.data(), k, num_words, n, wide_weight, begin, end, out);
+                 ScaledSumGeneric(rows, stride, wide.data(), k, n, wide_weight, first, count, out);
+               });
     });
   }
 };
