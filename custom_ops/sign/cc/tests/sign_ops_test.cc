@@ -370,12 +370,16 @@ void TestDtype() {
       }
     });
     Case("scaled_sum" + suffix, [&] {
-      for (int64_t k : {1, 2, 3, 8}) CheckScaledSum<Tr>(g, n, k, NumWords(n), rng);
+      // Past 8 rows the kernel reads 16-word blocks (partial at the end).
+      for (int64_t k : {1, 2, 3, 8, 9, 17}) CheckScaledSum<Tr>(g, n, k, NumWords(n), rng);
       CheckScaledSum<Tr>(g, n, 3, NumWords(n) + 1, rng);
+      CheckScaledSum<Tr>(g, n, 17, NumWords(n) + 1, rng);
     });
     Case("majority" + suffix, [&] {
-      for (int64_t k : {1, 2, 3, 4, 7, 8}) CheckMajority<Tr>(g, n, k, NumWords(n), rng);
+      // Past 8 rows in 16-word blocks; past 127 the generic path.
+      for (int64_t k : {1, 2, 3, 4, 7, 8, 9, 17, 130}) CheckMajority<Tr>(g, n, k, NumWords(n), rng);
       CheckMajority<Tr>(g, n, 3, NumWords(n) + 1, rng);
+      CheckMajority<Tr>(g, n, 17, NumWords(n) + 1, rng);
     });
   }
   Case(std::string("pack/") + Tr::kName + "/shape=[3,11] and scalar", [&] {
