@@ -78,18 +78,20 @@ else
 # FrozenVarianceAdam (also its
 # unit tests under Keras 3), a custom loop, dense against
 # tf.distribute's own, resuming every worker's residuals from BackupAndRestore
-# (and, under Keras 3, from a .keras archive).
+# with one backup_dir (and, under Keras 3, from a .keras archive), and
+# TensorFlow's multi-worker Keras tutorial, a worker killed and both resumed.
 CURRENT_STACK_TESTS := tests/keras/test_stacks.py tests/ops tests/compressors/test_compressors.py \
 	tests/compressors/test_sparse.py tests/compressors/test_lowrank.py tests/compressors/test_sign_zeros.py \
 	tests/compressors/test_momentum.py tests/benchmarks/test_convergence_advice.py tests/plan/test_plan.py \
-	tests/callbacks/test_timeline.py tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py
+	tests/callbacks/test_timeline.py tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py \
+	tests/engines/test_keras3_backup.py
 CURRENT_STACK_DISTRIBUTE := (bare_name and (EFSignSGD or DRAGONN or PowerSGD)) or custom_training_loop or frozen_variance_adam or \
 	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
-	keras3_model_save
+	keras3_model_save or tutorial
 pytest: build
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(XDIST) $(CURRENT_STACK_TESTS)
-	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
-	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py tests/engines/test_keras_tutorial.py -k "$(CURRENT_STACK_DISTRIBUTE)"
+	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py tests/engines/test_keras_tutorial.py -k "$(CURRENT_STACK_DISTRIBUTE)"
 	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/keras/test_frozen_adam.py
 
 test: pytest

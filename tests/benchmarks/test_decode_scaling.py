@@ -6,7 +6,7 @@ import json
 import pytest
 
 from benchmarks.decode_scaling import compare
-from benchmarks.decode_scaling.__main__ import FITTED, fits, line_fit, markdown, summarize
+from benchmarks.decode_scaling.report import FITTED, PROFILE_WORKERS, fits, line_fit, markdown, summarize
 
 KS = [2, 3, 4, 8, 16]
 
@@ -18,6 +18,8 @@ def rounds(measured_ms, predicted_ms):
 
 
 def test_fitted_cells_are_where_the_profile_timed_decode_and_the_error_is_against_the_median():
+    from tfcomp.analysis.measure import codecs  # pylint: disable=import-outside-toplevel
+    assert FITTED == (PROFILE_WORKERS,) + tuple(m * PROFILE_WORKERS for m in codecs.SLOPE_WORKERS)
     rows = summarize({("m", "Sign"): rounds(lambda k: 1.0 + k, lambda k: 1.05 * (1.0 + k))}, KS)
     assert [r["workers"] for r in rows if r["fitted"]] == [k for k in KS if k in FITTED] == [2, 4, 8]
     k3 = next(r for r in rows if r["workers"] == 3)

@@ -117,11 +117,8 @@ def train_fit(strategy, x, y):
     ds = ds.with_options(opts)
     timer = StepTimes()
     callbacks = [StepLog(), timer]  # the log's read of the step counter waits for the step: the timer counts it
-    if FLAGS.backup_dir:
-        backup_dir = FLAGS.backup_dir
-        if keras_in_use.in_use().major >= 3:  # Keras 3's BackupAndRestore writes from every worker alike
-            backup_dir = f"{backup_dir}/worker{strategy.cluster_resolver.task_id}"
-        callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir))
+    if FLAGS.backup_dir:  # one directory for every worker, as users write it
+        callbacks.append(tf.keras.callbacks.BackupAndRestore(FLAGS.backup_dir))
     if FLAGS.interrupt_at >= 0:
         callbacks.append(Interrupt())
     if FLAGS.kill_at >= 0:

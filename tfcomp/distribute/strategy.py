@@ -5,7 +5,7 @@ rest of the program (TF_CONFIG, strategy.scope(), model.fit or strategy.run).
 import tensorflow as tf
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
-from tfcomp.distribute import coordination, gradient_calls, keras3_fit
+from tfcomp.distribute import coordination, gradient_calls, keras3_backup, keras3_fit
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
 from tfcomp.distribute.engine import StrategyEngine
 from tfcomp.exchange import hooks
@@ -42,6 +42,15 @@ def steps_per_epoch(dataset):
         # tf.data's unary datasets keep their input here (TensorFlow 2.15 to 2.21).
         dataset = getattr(dataset, "_input_dataset", None)
     return None
+
+
+def _backup_folder(strategy):
+    """This worker's folder in a shared backup directory ("worker1", "chief0") where strategy
+    is tfcomp's with more than one worker, else None."""
+    if not isinstance(strategy, MultiWorkerMirroredStrategy) or strategy.engine.num_workers < 2:
+        return None
+    resolver = strategy.cluster_resolver
+    return f"{resolver.task_type or 'worker'}{resolver.task_id or 0}"
 
 
 class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
@@ -87,6 +96,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         gradient_calls.check_supported()
         if keras_in_use.in_use().major >= 3:
             keras3_saving.install()  # compressor state in Keras 3's save_weights, .keras and BackupAndRestore
+            keras3_backup.install(_backup_folder)  # one backup_dir for every worker
         exchange = Exchange(compression, **exchange_options)
         if heartbeat_timeout_s is not None:
             cluster_resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()

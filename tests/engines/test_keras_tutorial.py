@@ -1,0 +1,70 @@
+"""TensorFlow's "Multi-worker training with Keras" tutorial program, fault-tolerant form
+(tests/workers/keras_tutorial: model.fit with BackupAndRestore, one backup_dir for
+both workers), unchanged but for the strategy line and a bundled dataset, on 2
+workers: a worker killed in its second epoch fails the other, and both restarted
+resume from the backup and finish. Runs on every stack: the pinned one, and in
+`make test STACK=current` under tf-keras and under Keras 3, where tf.distribute's own
+strategy fails this program's model.fit upstream (keras-team/keras#20585)."""
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from tests.cluster import processes
+from tests.cluster.local_cluster import ROOT, free_ports, wait_then_stop
+
+TUTORIAL = ROOT / "tests" / "workers" / "keras_tutorial" / "main.py"
+TIMEOUT_S = 240
+
+
+def start(work_dir, cluster, run):
+    """Both workers of the tutorial in work_dir (where its backup directory is), logs in run_<task>.log."""
+    procs = []
+    for task in range(len(cluster["worker"])):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": task}}),
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+        log = open(work_dir / f"{run}_{task}.log", "w")
+        procs.append((subprocess.Popen([sys.executable, str(TUTORIAL)], cwd=work_dir, env=env, stdout=log,
+                                       stderr=subprocess.STDOUT), log))
+    return procs
+
+
+def epochs(log):
+    return [int(e) for e in re.findall(r"^Epoch (\d+)/3", log, re.M)]
+
+
+def epoch_losses(log):
+    """The loss model.fit reports at the end of each epoch (its 70/70 line; Keras 2 joins a
+    progress bar's updates with backspaces)."""
+    return [float(v) for v in re.findall(r"70/70[^\n\x08]*?\bloss: ([0-9.]+)", log)]
+
+
+def test_the_tutorial_resumes_every_worker_from_one_backup_dir_after_a_worker_is_killed(tmp_path):
+    cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
+    first = start(tmp_path, cluster, "first")
+    deadline = time.monotonic() + TIMEOUT_S
+    log1 = tmp_path / "first_1.log"
+    while time.monotonic() < deadline and 2 not in epochs(log1.read_text()) and first[1][0].poll() is None:
+        time.sleep(0.2)
+    first[1][0].send_signal(signal.SIGKILL)  # in its second epoch, after the first epoch's backup
+    wait_then_stop([p for p, _ in first], [log for _, log in first], TIMEOUT_S, stop_on_failure_s=90)
+    logs = [(tmp_path / f"first_{t}.log").read_text() for t in range(2)]
+    assert 2 in epochs(logs[1]), logs[1][-3000:]
+    assert [p.returncode for p, _ in first] == [1, -signal.SIGKILL], logs[0][-3000:]
+    assert "tfcomp: worker 1" in logs[0] and "was lost" in logs[0], logs[0][-3000:]
+    assert processes.running(str(tmp_path)) == []
+
+    again = start(tmp_path, {"worker": [f"localhost:{p}" for p in free_ports(2)]}, "again")
+    wait_then_stop([p for p, _ in again], [log for _, log in again], TIMEOUT_S, stop_on_failure_s=60)
+    logs = [(tmp_path / f"again_{t}.log").read_text() for t in range(2)]
+    assert [p.returncode for p, _ in again] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    for log in logs:
+        assert epochs(log) == [2, 3], log[-3000:]  # resumed after the first epoch
+    reported = [epoch_losses(log) for log in logs]
+    assert len(reported[0]) == 2 and reported[0] == reported[1], reported  # the workers' logs are reduced alike
+    assert reported[0][-1] < 2.3, reported  # below chance's 2.30: it learned
+    assert not list(pathlib.Path(tmp_path).glob("backup/**/*.h5"))  # the backups are removed when training ends
