@@ -55,7 +55,10 @@ EOF
 
 # The op tests against the GPU build: its CPU kernels everywhere (one library
 # serves CPU-only users), and on a GPU machine the GPU kernels against the CPU ones.
-TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q tests/ops/test_sign.py tests/ops/test_sparse.py \
+# Two test processes where there is no GPU (each would take all of a GPU's memory).
+xdist=(-n 2)
+[[ -e /dev/nvidia0 ]] && xdist=()
+TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q "${xdist[@]}" tests/ops/test_sign.py tests/ops/test_sparse.py \
   tests/ops/test_select.py tests/ops/test_lowrank.py tests/ops/test_cast.py \
   || die "the op tests fail against $LIB"
 
