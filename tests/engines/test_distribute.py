@@ -242,16 +242,22 @@ def _peer_watch_port(log_path, timeout=120):
     raise AssertionError(f"no peer watch port in {log_path}")
 
 
-def test_backup_and_restore_resumes_after_a_worker_is_killed(tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """EFSignSGD trained STEPS steps without a break, where every resumed run must end:
+    trained once for the tests below."""
+    return train(tmp_path_factory.mktemp("uninterrupted"), compression="EFSignSGD")
+
+
+def test_backup_and_restore_resumes_after_a_worker_is_killed(tmp_path, uninterrupted):
     backup = tmp_path / "backup"
     kill_one_worker(tmp_path / "killed", 2, 1, ["--timeout=600", f"--backup_dir={backup}"])
     resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
-    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
     assert_identical_weights([*resumed, uninterrupted[0]])
     assert resumed[0]["state_step"] == STEPS
 
 
-def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
+def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path, uninterrupted):
     """One backup_dir for both workers, as users write it: tf-keras writes from the chief
     alone; under Keras 3, which writes from every worker, each has a folder of its own there."""
     backup = tmp_path / "backup"
@@ -262,13 +268,12 @@ def test_backup_and_restore_resumes_with_every_workers_residuals(tmp_path):
         assert sorted(p.name for p in backup.iterdir()) == ["worker0", "worker1"]
         assert all((backup / f"worker{w}" / "latest.weights.h5").exists() for w in (0, 1))
     resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
-    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
     assert_identical_weights([*resumed, uninterrupted[0]])
     assert resumed[0]["state_step"] == STEPS
 
 
 @pytest.mark.skipif(KERAS3, reason="Keras 3 saves .keras archives, not SavedModels: the test below")
-def test_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path):
+def test_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path, uninterrupted):
     saved = tmp_path / "saved"
     first = train(tmp_path / "first", compression="EFSignSGD", steps=STEPS // 2, save_dir=saved)
     assert (saved / "model" / "saved_model.pb").exists()
@@ -277,13 +282,12 @@ def test_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_pat
     assert residuals and all(shape[0] == 2 for shape in residuals), shapes  # both workers' rows
     resumed = train(tmp_path / "resumed", compression="EFSignSGD", steps=STEPS // 2,
                     load_weights=saved / "model" / "variables" / "variables")
-    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
     assert_identical_weights([*resumed, uninterrupted[0]])
     assert resumed[0]["state_step"] == STEPS
 
 
 @pytest.mark.skipif(not KERAS3, reason="Keras 2's model.save writes a SavedModel: the test above")
-def test_keras3_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path):
+def test_keras3_model_save_carries_every_workers_state_and_load_weights_resumes(tmp_path, uninterrupted):
     import h5py  # pylint: disable=import-outside-toplevel
     saved = tmp_path / "saved"
     first = train(tmp_path / "first", compression="EFSignSGD", steps=STEPS // 2, save_dir=saved)
@@ -295,7 +299,6 @@ def test_keras3_model_save_carries_every_workers_state_and_load_weights_resumes(
     assert residuals and all(shape[0] == 2 for shape in residuals), shapes  # both workers' rows
     assert first[0]["state_step"] == STEPS // 2
     resumed = train(tmp_path / "resumed", compression="EFSignSGD", steps=STEPS // 2, load_weights=archive)
-    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
     assert_identical_weights([*resumed, uninterrupted[0]])
     assert resumed[0]["state_step"] == STEPS
 

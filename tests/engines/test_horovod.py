@@ -154,13 +154,19 @@ def test_a_rank_that_disagrees_on_the_compressor_fails_clearly(tmp_path):
     assert time.monotonic() - start < 120
 
 
-def test_per_rank_backup_and_restore_resumes_every_ranks_residuals(tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """EFSignSGD trained STEPS steps without a break, where every resumed run must end:
+    trained once for the tests below."""
+    return train(tmp_path_factory.mktemp("uninterrupted"), compression="EFSignSGD")
+
+
+def test_per_rank_backup_and_restore_resumes_every_ranks_residuals(tmp_path, uninterrupted):
     backup = tmp_path / "backup"
     code, log, _ = horovodrun("tests.workers.horovod_worker", 2, ["--compression=EFSignSGD", f"--backup_dir={backup}",
                                                           "--interrupt_at=20"], tmp_path / "interrupted")
     assert code != 0, log[-3000:]
     resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
-    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
     assert_identical_weights([*resumed, uninterrupted[0]])
     assert resumed[0]["state_step"] == STEPS
 
@@ -196,11 +202,10 @@ def test_a_killed_rank_is_named_with_its_step_on_every_other_rank(tmp_path, rank
     assert time.monotonic() - start < 150
 
 
-def test_backup_and_restore_resumes_after_a_rank_is_killed(tmp_path):
+def test_backup_and_restore_resumes_after_a_rank_is_killed(tmp_path, uninterrupted):
     backup = tmp_path / "backup"
     kill_one_rank(tmp_path / "killed", 2, 1, [f"--backup_dir={backup}"])
     resumed = train(tmp_path / "resumed", compression="EFSignSGD", backup_dir=backup)
-    uninterrupted = train(tmp_path / "uninterrupted", compression="EFSignSGD")
     assert_identical_weights([*resumed, uninterrupted[0]])
     assert resumed[0]["state_step"] == STEPS
 
