@@ -38,9 +38,12 @@ def epochs(log):
 
 
 def epoch_losses(log):
-    """The loss model.fit reports at the end of each epoch (its 70/70 line; Keras 2 joins a
-    progress bar's updates with backspaces)."""
-    return [float(v) for v in re.findall(r"70/70[^\n\x08]*?\bloss: ([0-9.]+)", log)]
+    """The loss model.fit reports at the end of each epoch: the last one printed before the
+    next epoch begins (Keras 2 joins a progress bar's updates with backspaces and may print
+    its last step twice, once before the epoch's logs are reduced)."""
+    sections = re.split(r"^Epoch \d+/3", log, flags=re.M)[1:]
+    return [float(re.findall(r"\bloss: ([0-9.]+)", section)[-1]) for section in sections
+            if re.search(r"\bloss: ", section)]
 
 
 def test_the_tutorial_resumes_every_worker_from_one_backup_dir_after_a_worker_is_killed(tmp_path):
