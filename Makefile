@@ -70,9 +70,10 @@ test: pytest bazel-test
 endif
 else
 # The part of the suite the current stack carries. With tf.keras as tf-keras:
-# the ops, the compressors on the in-process emulator, plans, the Timeline, the
-# main job (and, in a subprocess, under Keras 3). Then 2-worker runs of the
-# tf.distribute engine under tf-keras and under Keras 3: the bare names of a
+# the ops, the compressors on the in-process emulator, plans, the main job
+# (and, in a subprocess, under Keras 3, with its predicted column and
+# tfcomp.Auto). Then 2-worker runs of the tf.distribute engine under tf-keras
+# and under Keras 3: the bare names of a
 # sparsifier and a low-rank compressor (DRAGONN, PowerSGD: their dense epoch
 # learned from model.fit's dataset) under SGD with momentum against dense
 # (EFSignSGD runs through model.fit in the tutorial test below),
@@ -80,20 +81,31 @@ else
 # unit tests under Keras 3), a custom loop, dense against
 # tf.distribute's own, resuming every worker's residuals from BackupAndRestore
 # with one backup_dir (and, under Keras 3, from a .keras archive), and
-# TensorFlow's multi-worker Keras tutorial, a worker killed and both resumed.
+# TensorFlow's multi-worker Keras tutorial, a worker killed and both resumed,
+# and (Keras 3) gradient_accumulation_steps.
 CURRENT_STACK_TESTS := tests/keras/test_stacks.py tests/ops tests/compressors/test_compressors.py \
 	tests/compressors/test_sparse.py tests/compressors/test_lowrank.py tests/compressors/test_sign_zeros.py \
 	tests/compressors/test_momentum.py tests/benchmarks/test_convergence_advice.py tests/plan/test_plan.py \
-	tests/callbacks/test_timeline.py tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py \
-	tests/engines/test_keras3_backup.py
+	tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py tests/engines/test_keras3_backup.py
+# Under Keras 3 (tf-keras runs them as the pinned stack's Keras 2 does): FrozenVarianceAdam's
+# unit tests; the Timeline in one process and on 2 workers (model.fit, a custom loop, recorded as
+# it runs); tfcomp.Auto's unit tests and its 2-worker run kept and resumed on a slow link (the
+# pinned stack runs its other runs: the same callback); mixed precision with overflows forced on
+# one worker (nothing compressed, and a compressor: the exchange's finite flag decides) and
+# mixed_bfloat16.
+CURRENT_STACK_KERAS3 := tests/keras/test_frozen_adam.py tests/callbacks/test_timeline.py tests/auto/test_auto.py \
+	tests/engines/test_mixed_precision.py
+CURRENT_STACK_KERAS3_SELECTED := not (test_auto_ and (falls_back or plans_again or audits)) and \
+	not (test_every_compressor_marks or test_recorded_as_it_runs and one-bucket) and \
+	not (keras3_overflow and (DRAGONN or ACPSGD))
 CURRENT_STACK_DISTRIBUTE := (bare_name and (DRAGONN or PowerSGD)) or custom_training_loop or frozen_variance_adam or \
 	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
-	keras3_model_save or tutorial
+	keras3_model_save or tutorial or gradient_accumulation
 pytest: build
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(XDIST) $(CURRENT_STACK_TESTS)
 	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py tests/engines/test_keras_tutorial.py -k "$(CURRENT_STACK_DISTRIBUTE)"
 	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py tests/engines/test_keras_tutorial.py -k "$(CURRENT_STACK_DISTRIBUTE)"
-	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/keras/test_frozen_adam.py
+	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs $(CURRENT_STACK_KERAS3) -k "$(CURRENT_STACK_KERAS3_SELECTED)"
 
 test: pytest
 endif

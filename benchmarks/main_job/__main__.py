@@ -103,22 +103,6 @@ def _gbps(rate):
         raise app.UsageError(f"--link_rate: {err}") from err
 
 
-def _without_timelines_under_keras3():
-    """The workers run this process's Keras: under Keras 3 there is no Timeline, so no
-    recorded profile to predict from (tfcomp.keras.version)."""
-    from tfcomp.keras import version as keras_in_use  # pylint: disable=import-outside-toplevel  # imports TensorFlow
-    keras = keras_in_use.in_use()
-    if keras.major < 3:
-        return
-    if FLAGS.timeline:
-        raise app.UsageError(f"--timeline: tfcomp.callbacks.Timeline needs Keras 2, and the workers run {keras.name}: "
-                             f"{keras_in_use.LEGACY_KERAS_HINT}")
-    if FLAGS.predict:
-        print(f"The workers run {keras.name}: no predicted column (its profile is recorded with "
-              "tfcomp.callbacks.Timeline, which needs Keras 2; TF_USE_LEGACY_KERAS=1 gives tf-keras).", flush=True)
-        FLAGS.predict = False
-
-
 def main(argv):
     del argv
     spec = registry.MODELS.get(FLAGS.model)
@@ -128,7 +112,6 @@ def main(argv):
     if FLAGS.compressors[:1] != ["none"]:
         raise app.UsageError("--compressors: the first must be 'none', the dense run the others are compared with")
     link_gbps = _gbps(FLAGS.link_rate)
-    _without_timelines_under_keras3()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # removes the cluster as Ctrl-C does
     if FLAGS.slow_link and os.geteuid() != 0:
         raise app.UsageError("the emulated link needs root (network namespaces, tc); run as root, or pass "

@@ -255,6 +255,7 @@ def test_auto_plans_again_when_the_step_time_drifts_also_after_keeping_dense(tmp
     assert_identical_weights(results)
 
 
+@pytest.mark.horovod
 def test_auto_under_horovod_falls_back_to_dense_when_its_plan_loses(tmp_path):
     code, log, results = horovodrun("tests.workers.auto_worker", 2, ["--engine=horovod", *FORCED_TO_LOSE,
                                                               f"--steps={STEPS}"], tmp_path)

@@ -81,6 +81,23 @@ def test_each_bare_name_trains_like_dense_under_sgd_with_momentum(tmp_path, dens
     assert_compressed_after_an_epoch(ours, compression)
 
 
+@pytest.mark.skipif(not KERAS3, reason="gradient_accumulation_steps is Keras 3 optimizers' (Horovod's "
+                    "backward_passes_per_step on the pinned stack: test_horovod.py)")
+def test_keras3_gradient_accumulation_compresses_the_accumulated_gradient_once_per_applied_step(tmp_path):
+    """Keras 3's optimizer reduces the mean of ACCUMULATE micro-batches' gradients on the step that
+    applies it: the exchange runs (and error feedback steps) once per applied step, and training
+    stays within MOMENTUM_TOLERANCE's loss of dense accumulation's."""
+    accumulate = {"accumulate": 2, "momentum": 0.9, "lr": 0.05, "selection": False}
+    dense = train(tmp_path / "dense", compression="NoCompression", **accumulate)
+    compressed = train(tmp_path / "efsign", compression="EFSignSGD", **accumulate)
+    for results in (dense, compressed):
+        assert_identical_weights(results)
+        assert results[0]["state_step"] == STEPS // 2  # exchanged on applied steps only
+    assert compressed[0]["payload_bytes"] < dense[0]["payload_bytes"] / 4
+    assert compressed[0]["losses"][-1] < 0.85 * compressed[0]["losses"][0], compressed[0]["losses"]
+    assert compressed[0]["losses"][-1] <= dense[0]["losses"][-1] * 1.25, (compressed[0]["losses"], dense[0]["losses"])
+
+
 def test_frozen_variance_adam_freezes_where_the_strategy_starts_compressing(tmp_path):
     results = train(tmp_path, compression="EFSignSGD", optimizer="frozen_adam", lr=0.01, warmup_steps=8)
     assert_identical_weights(results)

@@ -44,16 +44,6 @@ def test_keras3_is_refused_by_the_horovod_engine_in_one_sentence(monkeypatch):
     assert message.count(". ") == 0, message
 
 
-def test_keras3_is_refused_by_the_timeline_and_auto_when_first_used(monkeypatch, tmp_path):
-    monkeypatch.setattr(keras_in_use, "in_use", lambda: keras_in_use.Keras("keras", "3.15.1"))
-    timeline = tfcomp.callbacks.Timeline(tmp_path)
-    with pytest.raises(keras_in_use.UnsupportedKeras, match="Timeline instruments Keras 2's model.fit train "
-                       "function, and tf.keras here is Keras 3.15.1: on TensorFlow 2.16"):
-        timeline.on_train_begin()
-    with pytest.raises(keras_in_use.UnsupportedKeras, match="tfcomp.Auto profiles model.fit with the Timeline"):
-        tfcomp.distribute.MultiWorkerMirroredStrategy(tfcomp.Auto())
-
-
 def test_keras3_variables_are_named_by_their_path():
     class Keras3Variable:  # what a Keras 3 variable shows: its own name, and the tf.Variable it wraps
         name = "kernel"

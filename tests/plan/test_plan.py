@@ -74,6 +74,25 @@ def test_exact_names_beat_patterns_and_the_first_matching_pattern_wins():
     assert isinstance(tfcomp.Plan({}).choose("anything"), tfcomp.NoCompression)  # default None: dense
 
 
+def test_keras2_names_match_the_keras3_paths_that_end_in_them():
+    """Keras 3 names a variable by its path ("sequential/dense/kernel:0"), which ends in its
+    Keras 2 name: one plan chooses the same on both, and only at a "/"."""
+    plan_of_names = plan()
+    for compressor, names in GROUPS:
+        for name in names:
+            for keras3 in (f"sequential/{name}", f"outer/inner/{name}"):
+                assert plan_of_names.choose(keras3) is plan_of_names.choose(name), keras3
+    power, sign, fp16 = tfcomp.PowerSGD(4), tfcomp.EFSignSGD(), tfcomp.FP16()
+    p = tfcomp.Plan({"dense*": sign, "dense_1/kernel:0": power}, default=fp16)
+    assert p.choose("sequential/dense_1/kernel:0") is power  # an exact end still beats a pattern
+    assert p.choose("sequential/dense_1/bias:0") is sign
+    assert p.choose("sequential/xdense_1/kernel:0") is fp16  # an end starts after a "/", not inside a part
+    exact = tfcomp.Plan({"dense_1/kernel:0": power}, default=fp16)
+    assert exact.choose("dense_1/kernel:0/extra") is fp16  # the key matches an end, not a beginning
+    assert p.unmatched(["sequential/dense_1/kernel:0"]) == []
+    assert p.unmatched(["sequential/conv/kernel:0"]) == ["dense*", "dense_1/kernel:0"]
+
+
 def test_classes_are_instantiated_and_equal_compressors_shared():
     p = tfcomp.Plan({"a": tfcomp.EFSignSGD, "b": tfcomp.EFSignSGD(), "c": tfcomp.PowerSGD(2), "d": tfcomp.PowerSGD(4)})
     assert isinstance(p.choose("a"), tfcomp.EFSignSGD) and p.choose("a") is p.choose("b")

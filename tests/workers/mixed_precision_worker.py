@@ -1,5 +1,5 @@
 """One worker of the mixed-precision test: trains the shared workload under the
-mixed_float16 policy with model.fit, on tf.distribute (tfcomp's strategy or
+mixed_float16 (or mixed_bfloat16) policy with model.fit, on tf.distribute (tfcomp's strategy or
 TensorFlow's own) or Horovod (tfcomp's optimizer or Horovod's own), with some
 batches poisoned so that one worker's float16 forward pass overflows at chosen
 steps. Writes its final weights, loss scale and counters as JSON."""
@@ -24,13 +24,15 @@ flags.DEFINE_list("poison_batches", [], "Batches of every epoch whose global bat
                   "cannot represent.")
 flags.DEFINE_bool("keras_wraps", False, "Horovod: compile tfcomp's optimizer and let Keras wrap it in a "
                   "LossScaleOptimizer, instead of wrapping one.")
+flags.DEFINE_enum("policy", "mixed_float16", ["mixed_float16", "mixed_bfloat16"], "Keras' mixed-precision "
+                  "policy (mixed_bfloat16 scales no loss).")
 flags.DEFINE_integer("steps", 32, "Training steps (whole epochs of 8 steps).")
 flags.DEFINE_float("lr", 0.05, "SGD learning rate (momentum 0.9).")
 
 
 def poisoned_data():
     x, y = data()
-    for batch in map(int, FLAGS.poison_batches):
+    for batch in map(int, FLAGS.poison_batches):  # (bfloat16 represents it: no overflow)
         # Sample 5 of the global batch: one worker's share overflows in float16.
         x[batch * GLOBAL_BATCH + 5, 0] = 1e6
     return x, y
@@ -42,7 +44,10 @@ class LossScaleLog(tf.keras.callbacks.Callback):
         self.scales = []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.scales.append(float(tf.keras.backend.get_value(self.model.optimizer.loss_scale)))
+        optimizer = self.model.optimizer
+        # Keras 2's LossScaleOptimizer has loss_scale, Keras 3's dynamic_scale; none under mixed_bfloat16.
+        scale = getattr(optimizer, "loss_scale", None) or getattr(optimizer, "dynamic_scale", None)
+        self.scales.append(None if scale is None else float(np.array(scale)))
 
 
 def compressor():
@@ -100,7 +105,7 @@ def run_horovod(x, y):
 
 def main(argv):
     del argv
-    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    tf.keras.mixed_precision.set_global_policy(FLAGS.policy)
     x, y = poisoned_data()
     model, scales, out = (run_distribute if FLAGS.engine == "distribute" else run_horovod)(x, y)
     state = getattr(model.optimizer, "tfcomp_state", None)

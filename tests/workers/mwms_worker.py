@@ -30,6 +30,7 @@ flags.DEFINE_float("lr", 0.05, "SGD learning rate.")
 flags.DEFINE_float("momentum", 0.0, "SGD momentum.")
 flags.DEFINE_enum("optimizer", "sgd", ["sgd", "frozen_adam"], "SGD(--lr, --momentum), or "
                   "tfcomp.FrozenVarianceAdam(--lr) (its variance freezes at --warmup_steps).")
+flags.DEFINE_integer("accumulate", None, "Keras 3 optimizers' gradient_accumulation_steps (SGD).")
 flags.DEFINE_integer("min_compress_elements", 1024, "Exchange option.")
 flags.DEFINE_float("ratio", None, "The sparsifiers' ratio (default: the class default).")
 flags.DEFINE_integer("rank", None, "The low-rank compressors' rank (default: the class default).")
@@ -85,7 +86,8 @@ class Interrupt(tf.keras.callbacks.Callback):
 def make_optimizer():
     if FLAGS.optimizer == "frozen_adam":
         return tfcomp.FrozenVarianceAdam(FLAGS.lr)
-    return tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum)
+    accumulate = {} if FLAGS.accumulate is None else {"gradient_accumulation_steps": FLAGS.accumulate}
+    return tf.keras.optimizers.SGD(FLAGS.lr, momentum=FLAGS.momentum, **accumulate)
 
 
 class VarianceAtWarmupEnd(tf.keras.callbacks.Callback):

@@ -102,7 +102,7 @@ class AutoCallback(tf.keras.callbacks.Callback):
     def _retrace(self):
         """The train function traced anew with what the exchange now runs, from zeroed state."""
         self._prepare_state()
-        self.model.train_function = self.model.make_train_function(force=True)
+        self.model.make_train_function(force=True)  # sets model.train_function (Keras 3 returns None)
 
     def _reuse(self, config):
         """Back to a trial's train function traced before, with its own state variables zeroed."""

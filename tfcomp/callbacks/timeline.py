@@ -7,7 +7,7 @@ import pathlib
 import tensorflow as tf
 
 from tfcomp.keras import version as keras_in_use
-from tfcomp.callbacks import plot, probe, summary, trace
+from tfcomp.callbacks import keras3_step, plot, probe, summary, trace
 from tfcomp.callbacks.segments import PHASES, step_record
 
 _MISSING = object()
@@ -146,25 +146,26 @@ class Timeline(tf.keras.callbacks.Callback):
     # ---- Keras
 
     def on_train_begin(self, logs=None):
-        keras_in_use.require_keras2("tfcomp.callbacks.Timeline", "instruments Keras 2's model.fit train function")
         self._step = 0
         self._snapshots, self._records = [], []
-        function = self.model.train_function
-        if getattr(self.model, "_steps_per_execution", None) is not None and \
-                int(self.model._steps_per_execution.numpy()) != 1:  # pylint: disable=protected-access
+        if _steps_per_execution(self.model) != 1:
             raise ValueError("tfcomp.callbacks.Timeline records one step per call of the train "
                              "function; compile the model with steps_per_execution=1")
         if getattr(self.model, "jit_compile", False):
             raise ValueError("tfcomp.callbacks.Timeline's timestamps cannot be XLA-compiled; "
                              "compile the model with jit_compile=False")
-        self._keras_function = function
-        python_function = getattr(function, "python_function", None)
+        self._keras_function = self.model.train_function
         # The instrumented step also returns its marks: the host then reads a tensor it
         # already has, not the variable (a read op that costs ~0.1-0.4 ms per step).
-        # Run eagerly (no python_function), the marks are kept in Python and it returns None.
-        body = self.wrap(python_function or function, optimizer=self.model.optimizer, model=self.model,
-                         return_marks=True)
-        with_marks = tf.function(body, reduce_retracing=True) if python_function else body
+        # Run eagerly, the marks are kept in Python and it returns None.
+        if keras_in_use.in_use().major >= 3:
+            with_marks = keras3_step.train_function(self.model, self.wrap)
+        else:
+            function = self._keras_function
+            python_function = getattr(function, "python_function", None)
+            body = self.wrap(python_function or function, optimizer=self.model.optimizer, model=self.model,
+                             return_marks=True)
+            with_marks = tf.function(body, reduce_retracing=True) if python_function else body
 
         def instrumented(*args, **kwargs):
             outputs, self._marks = with_marks(*args, **kwargs)
@@ -192,6 +193,13 @@ class Timeline(tf.keras.callbacks.Callback):
             for phase, (seconds, _, _) in record.phase_totals().items():
                 tf.summary.scalar(f"timeline/{phase}_ms", 1e3 * seconds)
             tf.summary.scalar("timeline/step_ms", 1e3 * record.duration)
+
+
+def _steps_per_execution(model):
+    value = getattr(model, "_steps_per_execution", None)  # Keras 2: a variable
+    if value is None:
+        value = getattr(model, "steps_per_execution", 1)  # Keras 3: an int
+    return int(value.numpy()) if hasattr(value, "numpy") else int(value)
 
 
 def _worker_name(worker):
@@ -262,14 +270,18 @@ def _patched_optimizer(optimizer, recorder):
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_instance_attribute(optimizer, "apply_gradients", apply))
-        if hasattr(optimizer, "aggregate_gradients"):
-            aggregate_gradients = optimizer.aggregate_gradients
+        # Keras 2's optimizers aggregate in aggregate_gradients, Keras 3's (TensorFlow backend) in
+        # _all_reduce_sum_gradients: (gradient, variable) pairs in and out.
+        aggregation = next((name for name in ("aggregate_gradients", "_all_reduce_sum_gradients")
+                            if hasattr(optimizer, name)), None)
+        if aggregation is not None:
+            aggregate_gradients = getattr(optimizer, aggregation)
 
             def aggregate(grads_and_vars):
                 aggregated = list(aggregate_gradients(grads_and_vars))
                 return list(zip(_aggregated(recorder, [g for g, _ in aggregated]), [v for _, v in aggregated]))
 
-            stack.enter_context(_instance_attribute(optimizer, "aggregate_gradients", aggregate))
+            stack.enter_context(_instance_attribute(optimizer, aggregation, aggregate))
         if hasattr(optimizer, "_allreduce_grads") and hasattr(optimizer, "_allreduce"):
             # Horovod's own DistributedOptimizer allreduces in compute_gradients, before
             # apply_gradients sees the gradients: its gradients are ready on the way in.

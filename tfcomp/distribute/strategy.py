@@ -5,10 +5,10 @@ rest of the program (TF_CONFIG, strategy.scope(), model.fit or strategy.run).
 import tensorflow as tf
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
-from tfcomp.distribute import coordination, gradient_calls, keras3_backup, keras3_fit
+from tfcomp.distribute import (coordination, gradient_calls, keras3_accumulation, keras3_backup, keras3_fit,
+                               keras3_loss_scale)
 from tfcomp.distribute.cross_device_ops import CompressingCollectiveAllReduce
 from tfcomp.distribute.engine import StrategyEngine
-from tfcomp.exchange import hooks
 from tfcomp.exchange.step import Exchange
 from tfcomp.keras import version as keras_in_use
 from tfcomp.state import keras3 as keras3_saving
@@ -53,6 +53,10 @@ def _backup_folder(strategy):
     return f"{resolver.task_type or 'worker'}{resolver.task_id or 0}"
 
 
+def _is_tfcomps(strategy):
+    return isinstance(strategy, MultiWorkerMirroredStrategy)
+
+
 class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """MultiWorkerMirroredStrategy whose gradient reductions compress.
 
@@ -90,13 +94,12 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
     def __init__(self, compression=None, cluster_resolver=None, communication_options=None, watch_peers=True,
                  heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, **exchange_options):
-        if isinstance(compression, hooks.Controller):
-            keras_in_use.require_keras2("tfcomp.Auto", "profiles model.fit with the Timeline, which instruments "
-                                        "Keras 2's train function")
         gradient_calls.check_supported()
         if keras_in_use.in_use().major >= 3:
             keras3_saving.install()  # compressor state in Keras 3's save_weights, .keras and BackupAndRestore
             keras3_backup.install(_backup_folder)  # one backup_dir for every worker
+            keras3_loss_scale.install(_is_tfcomps)  # mixed precision: apply or skip alike on every worker
+            keras3_accumulation.install(_is_tfcomps)  # gradient_accumulation_steps: exchanged when applied
         exchange = Exchange(compression, **exchange_options)
         if heartbeat_timeout_s is not None:
             cluster_resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()

@@ -4,10 +4,9 @@ that tfcomp's engines read.
 On TensorFlow 2.15 tf.keras is Keras 2.15 (the `keras` package). From 2.16 on
 it is Keras 3 (also `keras`), or Keras 2 as the `tf_keras` package where
 TF_USE_LEGACY_KERAS=1 was set before TensorFlow was imported. The
-tf.distribute engine works with all three. The Horovod engine (which wraps
-Keras 2's optimizers), the Timeline's model.fit recording and tfcomp.Auto
-(which profiles model.fit with it) need Keras 2: they refuse Keras 3 when they
-are constructed or first used (UnsupportedKeras), never at import.
+tf.distribute engine, the Timeline and tfcomp.Auto work with all three. The
+Horovod engine (which wraps Keras 2's optimizers) needs Keras 2: it refuses
+Keras 3 when it is constructed (UnsupportedKeras), never at import.
 """
 import dataclasses
 import functools

@@ -3,9 +3,12 @@
     tfcomp.Plan({"dense_1/kernel:0": tfcomp.PowerSGD(4), "conv*/kernel:0": tfcomp.EFSignSGD(),
                  "embedding*": None}, default=tfcomp.FP16())
 
-Keys are tensor (variable) names or fnmatch patterns, matched case-sensitively.
-A key equal to the name wins; otherwise the first pattern that matches, in the
-order given; otherwise `default`. None (as a value or the default) sends the
+Keys are tensor (variable) names or fnmatch patterns, matched case-sensitively,
+against the whole name or its end after a "/": Keras 3 names a variable by its
+path ("sequential/dense/kernel:0"), which ends in the name Keras 2 gives it
+("dense/kernel:0"), so one plan serves both. A key equal to the name (or its
+end) wins; otherwise the first pattern that matches, in the order given;
+otherwise `default`. None (as a value or the default) sends the
 tensor dense. The exchange's eligibility rules still apply: a 1-D, small or
 non-floating-point tensor goes dense whatever the plan says.
 """
@@ -77,10 +80,11 @@ class Plan(PerTensor):
 
     def choose(self, name):
         """The compressor the plan gives tensor `name` (a NoCompression for dense)."""
-        if name in self._exact:
-            return self._exact[name]
+        for end in _ends(name):
+            if end in self._exact:
+                return self._exact[end]
         for key, compressor in self._entries:
-            if fnmatch.fnmatchcase(name, key):
+            if _matches(name, key):
                 return compressor
         return self.default
 
@@ -105,8 +109,7 @@ class Plan(PerTensor):
 
     def unmatched(self, names):
         """The keys that match none of these tensor names, in order."""
-        return [key for key, _ in self._entries
-                if key not in names and not any(fnmatch.fnmatchcase(n, key) for n in names)]
+        return [key for key, _ in self._entries if not any(_matches(n, key) for n in names)]
 
     def config(self):
         """The plan as JSON-able data, in the order given (what workers compare)."""
@@ -121,6 +124,17 @@ class Plan(PerTensor):
     def __repr__(self):
         choices = ", ".join(f"{key!r}: {_repr(c)}" for key, c in self._entries)
         return f"Plan({{{choices}}}, default={_repr(self.default)})"
+
+
+def _ends(name):
+    """name, then each end of it after a "/" (longest first)."""
+    parts = name.split("/")
+    return ["/".join(parts[i:]) for i in range(len(parts))]
+
+
+def _matches(name, key):
+    """Whether key (a name or fnmatch pattern) matches name or an end of it after a "/"."""
+    return fnmatch.fnmatchcase(name, key) or fnmatch.fnmatchcase(name, "*/" + key)
 
 
 def _config(compressor):
