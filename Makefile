@@ -88,16 +88,16 @@ CURRENT_STACK_TESTS := tests/keras/test_stacks.py tests/ops tests/compressors/te
 	tests/compressors/test_momentum.py tests/benchmarks/test_convergence_advice.py tests/plan/test_plan.py \
 	tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py tests/engines/test_keras3_backup.py
 # Under Keras 3 (tf-keras runs them as the pinned stack's Keras 2 does): FrozenVarianceAdam's
-# unit tests; the Timeline in one process and on 2 workers (model.fit, a custom loop, recorded as
-# it runs); tfcomp.Auto's unit tests and its 2-worker run kept and resumed on a slow link (the
-# pinned stack runs its other runs: the same callback); mixed precision with overflows forced on
-# one worker (nothing compressed, and a compressor: the exchange's finite flag decides) and
-# mixed_bfloat16.
+# unit tests; the Timeline in one process (model.fit, eager and compiled, and a custom loop) and
+# on 2 workers (model.fit, serialised and recorded as it runs); tfcomp.Auto's unit tests and its
+# 2-worker run kept and resumed on a slow link (the pinned stack runs its other runs: the same
+# callback); mixed precision with overflows forced on one worker (EFSignSGD: the exchanged
+# gradients decide, no state moves) and mixed_bfloat16.
 CURRENT_STACK_KERAS3 := tests/keras/test_frozen_adam.py tests/callbacks/test_timeline.py tests/auto/test_auto.py \
 	tests/engines/test_mixed_precision.py
 CURRENT_STACK_KERAS3_SELECTED := not (test_auto_ and (falls_back or plans_again or audits)) and \
-	not (test_every_compressor_marks or test_recorded_as_it_runs and one-bucket) and \
-	not (keras3_overflow and (DRAGONN or ACPSGD))
+	not (test_every_compressor_marks or test_recorded_as_it_runs and one-bucket or \
+	test_custom_loop_on_two_workers) and not (keras3_overflow and not EFSignSGD)
 CURRENT_STACK_DISTRIBUTE := (bare_name and (DRAGONN or PowerSGD)) or custom_training_loop or frozen_variance_adam or \
 	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
 	keras3_model_save or tutorial or gradient_accumulation

@@ -76,6 +76,7 @@ def test_overflow_skips_the_step_on_every_worker_and_training_goes_on(uncompress
             np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.horovod
 def test_horovod_exchanges_unscaled_gradients_whichever_optimizer_wraps_the_other(tmp_path):
     """Keras wraps the compiled optimizer in a LossScaleOptimizer: tfcomp's then
     sees scaled gradients, divides the scale out for the exchange and puts it
