@@ -135,6 +135,18 @@ def test_in_place_when_tensorflow_forwards():
     assert_equal_or_both_nan(mean(x).numpy(), reference(x, tf.float32, 3))
 
 
+@pytest.mark.parametrize("dst", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("src", [tf.float16, tf.float64], ids=lambda d: d.name)
+def test_every_special_number_divisor_as_the_reference_takes_it(src, dst):
+    """A divisor given as a number is dst's value of it, also past float32's range (the
+    float64 extremes were once taken as float32 first: 1e-308 became 0, 1e308 an error),
+    and -0.0 after 0.0 (TensorFlow's cache of Python scalars once gave 0.0 for it)."""
+    x = random_values(np.random.default_rng(3), 101, src)
+    for divisor in specials(dst):
+        assert_equal_or_both_nan(ops.cast_divide(x, dst, divisor).numpy(), reference(x, dst, divisor),
+                                 f"{src.name}->{dst.name} / {divisor}")
+
+
 @given(st.data())
 def test_property(data):
     src = data.draw(st.sampled_from(DTYPES), "src")

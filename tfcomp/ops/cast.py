@@ -1,4 +1,5 @@
 """Cast and divide in one pass (FP16's encode and decode, the dense mean); custom_ops/cast."""
+import numpy as np
 import tensorflow as tf
 
 from tfcomp.ops.loader import check_dtype, library
@@ -30,7 +31,11 @@ def cast_divide(x, dtype, divisor=1):
     dtype = tf.as_dtype(dtype)
     check_dtype(x.dtype, "cast_divide's input")
     check_dtype(dtype, "cast_divide's dtype")
-    divisor = tf.convert_to_tensor(divisor)
+    if not tf.is_tensor(divisor):
+        # A number: taken as a float64, not as tf.convert_to_tensor's default float32, which
+        # would round a float64 divisor outside its range (1e-308 to 0; 1e308 is refused); and
+        # as an array, since TensorFlow caches Python scalars by value, where -0.0 == 0.0.
+        divisor = tf.constant(np.asarray(divisor, np.float64))
     if divisor.dtype != dtype:
         divisor = tf.cast(divisor, dtype)
     return library().tfcomp_cast_divide(x, divisor)
