@@ -45,16 +45,21 @@ def assert_completed_like_clean(codes, logs, results, clean):
     assert all("was lost" not in log for log in logs)
 
 
-def assert_failed_cleanly(cluster, codes, logs, fault, ended):
+def assert_failed_cleanly(cluster, codes, logs, fault, ended, log_dir):
     """Both workers failed on their own, each naming the other (the task that stopped
     answering, or the address it could no longer reach), nothing is left running, and
     the failure came within the collective timeout: each collective of the step in
     flight (a step has a few) waits up to it, counted from its launch, and one may have
-    waited out the outage first."""
+    waited out the outage first. The failure is when each worker wrote its error (its
+    log's last write); its process exits once TensorFlow's shutdown reaches the other
+    worker, which can take until the link is back."""
     assert all(code > 0 for code in codes), codes  # none was killed by the launcher
     assert [faults.namespace_pids(cluster, w) for w in range(2)] == [[], []]
-    waited = ended - fault.down_at
+    failed_at = max((log_dir / f"worker{w}.log").stat().st_mtime for w in range(2))
+    waited = failed_at - fault.down_at
     assert waited < min(fault.seconds, TIMEOUT_S) + 2 * TIMEOUT_S + 10, f"failed {waited:.1f} s after the fault"
+    back = fault.down_at + fault.seconds
+    assert ended < max(failed_at, back) + 20, f"exited {ended - max(failed_at, back):.1f} s after failing and the link"
     for worker, other in ((0, 1), (1, 0)):
         names = (f"/job:worker/replica:0/task:{other}", cluster.worker_hosts[other])
         assert any(name in logs[worker] for name in names), logs[worker][-3000:]
@@ -74,7 +79,7 @@ def train_through(cluster, tmp_path, clean, fault, args=()):
     if codes == [0, 0]:
         assert_completed_like_clean(codes, logs, results, clean)
         return "completed", faults.finished_steps(logs[0])
-    assert_failed_cleanly(cluster, codes, logs, fault, ended)
+    assert_failed_cleanly(cluster, codes, logs, fault, ended, tmp_path / "faulty")
     codes, logs, resumed = train_on(cluster, tmp_path / "resumed", [backup])
     assert_completed_like_clean(codes, logs, resumed, clean)
     return "failed and resumed", faults.finished_steps(logs[0])
