@@ -194,10 +194,11 @@ def test_a_killed_worker_fails_every_other_worker_with_its_name_and_step(tmp_pat
     start = time.monotonic()
     # A collective timeout far above the time the test allows: the loss must fail the step, not the timeout.
     codes, logs = kill_one_worker(tmp_path, workers, killed, ["--timeout=600", f"--loop={loop}"])
-    # Keras 3's fit calls on_train_batch_begin (where the worker kills itself) while the step before
-    # may still be running on the others: the step named is the one the survivors were in.
-    # A survivor may also still be finishing the step before, after their last exchange.
-    steps = f"({KILLED_STEP - 1}|{KILLED_STEP})" if KERAS3 and loop == "fit" else KILLED_STEP
+    # The step named is the one the survivors were in: the killed worker's, or the one before, where
+    # a survivor was still in that step's last collective (the non-finite flag, which the killed
+    # worker had completed) or, under Keras 3's fit (it calls on_train_batch_begin, where the worker
+    # kills itself, while the step before may still run on the others), after it.
+    steps = f"({KILLED_STEP - 1}|{KILLED_STEP})"
     # An error-level log line (E<mmdd> ...), which may follow other output on its line: stderr is shared.
     named = re.compile(rf"E\d{{4}} .*tfcomp: worker {killed} \(localhost:\d+, pid \d+\) was lost (during "
                        rf"training step {steps}|after training step {KILLED_STEP - 1}): its process ended "
