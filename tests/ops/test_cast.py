@@ -155,7 +155,9 @@ def test_property(data):
     divisor = data.draw(st.one_of(st.integers(1, 64), st.sampled_from(specials(dst))), "divisor")
     got = ops.cast_divide(x, dst, divisor).numpy()
     assert_equal_or_both_nan(got, reference(x, dst, divisor), f"{src.name}->{dst.name} / {divisor}")
-    assert_equal_or_both_nan(got, (tf.cast(x, dst) / tf.cast(divisor, dst)).numpy(), "TF")
+    # The divisor as a float64 array, as cast_divide takes a number (not TensorFlow's float32, cached scalar).
+    divisor_dst = tf.cast(tf.constant(np.asarray(divisor, np.float64)), dst)
+    assert_equal_or_both_nan(got, (tf.cast(x, dst) / divisor_dst).numpy(), "TF")
 
 
 # Runs cast_divide on each case of an .npz file with a given number of intra-op threads
