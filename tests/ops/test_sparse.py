@@ -334,18 +334,34 @@ np.savez(sys.argv[3], **out)
 """
 
 
+def sorted_runs(rng, n, runs, length, pad):
+    """What K = runs workers' select_largest lists gather to: each an increasing list of
+    distinct indices, then its pad -1 slots; runs share indices (their sum's order shows)."""
+    lists = [np.concatenate([np.sort(rng.choice(n, length, replace=False)), np.full(pad, -1)]) for _ in range(runs)]
+    return np.concatenate(lists)
+
+
 def test_sparse_decode_and_scale_at_on_large_lists_match_reference_on_any_thread_count(tmp_path):
     """Lists longer than a partition segment (2^16 entries) over outputs of several
     chunks (2^16 elements) and not a multiple of one, many repeats (the sum's order
     shows with large and small values), -1 slots, NaN and Inf: bit for bit the
-    in-order reference on 1, 2 and 3 threads."""
+    in-order reference on 1, 2 and 3 threads. Random lists take the partition; lists of
+    up to 64 sorted runs (TopK's and DGC's, a run per worker) are read in place, and
+    65 runs take the partition again."""
     cases = [(np.float32, 300007, 200000, np.int32), (np.float64, 200003, 150001, np.int64),
-             (np.float16, 65536 * 3, 70000, np.int32), (np.float32, 1000, 140000, np.int64)]
+             (np.float16, 65536 * 3, 70000, np.int32), (np.float32, 1000, 140000, np.int64),
+             (np.float32, 300007, (3, 60000, 500), np.int32), (np.float64, 200003, (8, 20000, 7), np.int64),
+             (np.float32, 65536 * 2 + 5, (64, 900, 0), np.int32), (np.float32, 65536 * 2 + 5, (65, 900, 0), np.int32),
+             (np.float16, 70001, (2, 30000, 1), np.int64)]
     data = {"count": len(cases)}
     expected = []
     for c, (dtype, n, count, index_dtype) in enumerate(cases):
         rng = np.random.default_rng(c)
-        indices = rng.integers(-1, n, count).astype(index_dtype)
+        if isinstance(count, tuple):
+            indices = sorted_runs(rng, n, *count).astype(index_dtype)
+            count = indices.size
+        else:
+            indices = rng.integers(-1, n, count).astype(index_dtype)
         values = (rng.standard_normal(count) * np.where(rng.random(count) < 0.1, 1e4, 1)).astype(dtype)
         values[rng.choice(count, 20, replace=False)] = np.nan
         values[rng.choice(count, 20, replace=False)] = np.inf

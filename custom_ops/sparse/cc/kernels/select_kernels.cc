@@ -19,10 +19,11 @@ struct SelectLargest<CPUDevice, T, Index> {
   void operator()(OpKernelContext* ctx, const T* x, int64_t n, const T* threshold, int64_t capacity,
                   T* values, Index* indices) {
     const auto t = static_cast<typename Accumulator<T>::type>(*threshold);
+    Tensor holder;
     select::cpu::SelectLargest(x, n, t, capacity, values, indices, [ctx](int64_t blocks, auto&& fn) {
       // A block is tens of thousands of elements: worth a thread each.
       ShardCpu(ctx, blocks, int64_t{1} << 20, fn);
-    });
+    }, OpScratch(ctx, &holder));
   }
 };
 

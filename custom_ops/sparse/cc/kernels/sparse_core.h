@@ -44,9 +44,10 @@
 // K (the K workers' mean) scales each element once, after its sum, by
 // DecodeWeight(K) (Weighted). Memory floor: the output written once (n
 // elements) plus the K * r * n (value, index) entries read, each a random
-// read-modify-write of an output element; the CPU kernel partitions the
-// entries by output chunk first (one more read and write of them) so that the
-// read-modify-writes hit a chunk held in cache.
+// read-modify-write of an output element; the CPU kernel applies them chunk
+// by chunk of the output, held in cache: a list of a few sorted runs (TopK's
+// and DGC's, one per worker) in place, any other partitioned by chunk first
+// (one more read and write of the entries).
 //
 // Scale at indices (error feedback): x with the elements at the valid indices
 // multiplied by a factor, each element once whatever its multiplicity in the

@@ -4,6 +4,8 @@
 #include "sparse_kernels.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -126,20 +128,26 @@ struct HashSelect<CPUDevice, T, Index> {
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
       SelectRange(BestIsa(), g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
     });
-    for (int64_t j = 0; j < capacity; ++j) {
-      const int64_t index = sparse::ClaimedIndex(claims[j]);
-      indices[j] = static_cast<Index>(index);
-      if (threaded && index >= 0) values[j] = g[index];
-    }
+    // Each value is a random read of g (a cache miss in a large tensor): on the op's threads.
+    ShardCpu(ctx, capacity, threaded ? 64 : 8, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t index = sparse::ClaimedIndex(claims[j]);
+        indices[j] = static_cast<Index>(index);
+        if (threaded && index >= 0) values[j] = g[index];
+      }
+    });
   }
 };
 
 // The decode and ScaleAt work on output chunks of kChunk elements, small
-// enough to stay in cache while their entries are applied: the list's entries
-// are first partitioned by chunk, stably (ChunkPartition), so that each chunk
-// is then read and written once, in cache, by one thread, its entries in list
-// order. Every element is the same computation in the same order however the
-// work is cut, so results do not depend on the thread count.
+// enough to stay in cache while their entries are applied: a list of a few
+// sorted runs (a TopK or DGC selection, one run per worker) is read in place,
+// each chunk's entries found in each run by binary search (SortedRunStarts);
+// any other list's entries are first partitioned by chunk, stably
+// (ChunkPartition). Each chunk is then read and written once, in cache, by one
+// thread, its entries in list order. Every element is the same computation in
+// the same order however the work is cut, so results do not depend on the
+// thread count.
 constexpr int kChunkShift = 16;
 constexpr int64_t kChunk = int64_t{1} << kChunkShift;
 
@@ -216,6 +224,57 @@ class ChunkPartition {
   std::vector<int64_t> start_;  // [chunk + 1]: where the chunk's entries start
 };
 
+// The starts of a list's non-decreasing runs of indices (compared as signed
+// integers, so a run's -1 slots come first in it), then count; empty where the
+// list has more than kMaxSortedRuns runs. select_largest emits a worker's
+// indices in increasing order, padded with -1, so K workers' gathered lists
+// make at most 2K runs. Within a run a chunk's entries are contiguous, and a
+// chunk's entries in list order are each run's range in turn
+// (ForChunkRanges): the decode and ScaleAt then need no partition, and read
+// the list once. Blocks are scanned on the op's threads and stop at the first
+// block past the limit, so an unsorted list costs a few hundred reads.
+constexpr int64_t kMaxSortedRuns = 64;
+
+template <typename Index>
+std::vector<int64_t> SortedRunStarts(OpKernelContext* ctx, const Index* indices, int64_t count) {
+  constexpr int64_t kBlock = 1 << 14;
+  const int64_t blocks = (count + kBlock - 1) / kBlock;
+  std::vector<std::vector<int64_t>> found(blocks);
+  std::atomic<bool> too_many{false};
+  ShardCpu(ctx, blocks, kBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end && !too_many.load(std::memory_order_relaxed); ++b) {
+      for (int64_t j = std::max<int64_t>(1, b * kBlock); j < std::min(count, (b + 1) * kBlock); ++j) {
+        if (indices[j] >= indices[j - 1]) continue;
+        found[b].push_back(j);
+        if (static_cast<int64_t>(found[b].size()) >= kMaxSortedRuns) {
+          too_many.store(true, std::memory_order_relaxed);
+          break;
+        }
+      }
+    }
+  });
+  std::vector<int64_t> starts{0};
+  if (too_many.load()) return {};
+  for (const auto& f : found) starts.insert(starts.end(), f.begin(), f.end());
+  if (static_cast<int64_t>(starts.size()) > kMaxSortedRuns) return {};
+  starts.push_back(count);
+  return starts;
+}
+
+// Calls visit(first, last) for each run's range of entries [first, last)
+// whose indices lie in chunk c, run by run: the chunk's entries in list
+// order, from the list's sorted runs (SortedRunStarts).
+template <typename Index, typename Visit>
+void ForChunkRanges(const Index* indices, const std::vector<int64_t>& runs, int64_t c, Visit&& visit) {
+  const auto below = [](Index i, int64_t bound) { return static_cast<int64_t>(i) < bound; };
+  const int64_t lo = c << kChunkShift;
+  for (size_t r = 0; r + 1 < runs.size(); ++r) {
+    const Index* begin = std::lower_bound(indices + runs[r], indices + runs[r + 1], lo, below);
+    const Index* end = std::lower_bound(begin, indices + runs[r + 1], lo + kChunk, below);
+    if (begin != end) visit(begin - indices, end - indices);
+  }
+}
+
 // Scratch of `elements` values of type V, uninitialized, from the op's allocator.
 template <typename V>
 V* TempArray(OpKernelContext* ctx, int64_t elements, Tensor* holder) {
@@ -229,10 +288,60 @@ V* TempArray(OpKernelContext* ctx, int64_t elements, Tensor* holder) {
   return reinterpret_cast<V*>(holder->flat<int8_t>().data());
 }
 
+// Writes a chunk summed in a thread's own buffer to the output, times weight
+// unless divisor is 1. float32 goes by streaming stores: the output's lines
+// are written without being read first, so the decode writes its n elements
+// once instead of reading them in (to zero them in place) and writing them back.
+template <typename T>
+void WriteChunk(const T* sums, int64_t length, int64_t divisor, typename Accumulator<T>::type weight, T* out) {
+#if TFCOMP_X86
+  if constexpr (std::is_same_v<T, float>) {
+    int64_t i = 0;
+    if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      const __m128 w = _mm_set1_ps(weight);
+      for (; i + 4 <= length; i += 4) {
+        const __m128 v = _mm_loadu_ps(sums + i);
+        _mm_stream_ps(out + i, divisor == 1 ? v : _mm_mul_ps(v, w));
+      }
+      _mm_sfence();
+    }
+    for (; i < length; ++i) out[i] = divisor == 1 ? sums[i] : sparse::Weighted(sums[i], weight);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < length; ++i) out[i] = divisor == 1 ? sums[i] : sparse::Weighted(sums[i], weight);
+}
+
 template <typename T, typename Index>
 struct SparseDecode<CPUDevice, T, Index> {
   void operator()(OpKernelContext* ctx, const T* values, const Index* indices, int64_t count,
                   int64_t n, int64_t divisor, T* dense) {
+    const auto weight = sparse::DecodeWeight<T>(divisor);
+    const int64_t chunks = (n + kChunk - 1) >> kChunkShift;
+    // Chunk c summed in the thread's buffer by add(c, sums), then written out.
+    const auto decode = [&](int64_t cost, auto&& add) {
+      ShardCpu(ctx, chunks, cost, [&](int64_t begin, int64_t end) {
+        std::vector<T> sums(std::min(kChunk, n));
+        for (int64_t c = begin; c < end; ++c) {
+          const int64_t length = std::min(kChunk, n - (c << kChunkShift));
+          std::fill(sums.begin(), sums.begin() + length, T(0));
+          add(c, sums.data());
+          WriteChunk(sums.data(), length, divisor, weight, dense + (c << kChunkShift));
+        }
+      });
+    };
+    const std::vector<int64_t> runs = SortedRunStarts(ctx, indices, count);
+    if (!runs.empty()) {
+      decode(2 * kChunk + 8 * count / chunks, [&](int64_t c, T* sums) {
+        ForChunkRanges(indices, runs, c, [&, sums](int64_t first, int64_t last) {
+          const Index* in = indices + first;
+          const T* v = values + first;
+          const int64_t base = c << kChunkShift;
+          for (int64_t j = 0; j < last - first; ++j) sums[static_cast<int64_t>(in[j]) - base] += v[j];
+        });
+      });
+      return;
+    }
     ChunkPartition<Index> partition(ctx, indices, count, n);
     struct Entry {
       uint32_t offset;  // within the chunk
@@ -242,19 +351,9 @@ struct SparseDecode<CPUDevice, T, Index> {
     Entry* entries = TempArray<Entry>(ctx, partition.total(), &holder);
     if (entries == nullptr) return;
     partition.Fill([&](int64_t p, int64_t j, uint32_t offset) { entries[p] = Entry{offset, values[j]}; });
-    const auto weight = sparse::DecodeWeight<T>(divisor);
-    const int64_t cost = 2 * kChunk + 8 * partition.total() / partition.chunks();
-    ShardCpu(ctx, partition.chunks(), cost, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        T* out = dense + (c << kChunkShift);
-        const int64_t length = std::min(kChunk, n - (c << kChunkShift));
-        std::fill(out, out + length, T(0));
-        for (int64_t p = partition.begin(c); p < partition.end(c); ++p) {
-          out[entries[p].offset] += entries[p].value;
-        }
-        if (divisor != 1) {
-          for (int64_t i = 0; i < length; ++i) out[i] = sparse::Weighted(out[i], weight);
-        }
+    decode(2 * kChunk + 8 * partition.total() / chunks, [&](int64_t c, T* sums) {
+      for (int64_t p = partition.begin(c); p < partition.end(c); ++p) {
+        sums[entries[p].offset] += entries[p].value;
       }
     });
   }
@@ -272,30 +371,50 @@ struct ScaleAt<CPUDevice, T, Index> {
       }
       return;
     }
+    // Chunk c of out, with the elements at its entries' offsets scaled.
+    const auto scale_chunk = [&](int64_t c, const uint32_t* first, int64_t entries, std::vector<T>* sent) {
+      T* chunk = out + (c << kChunkShift);
+      if (out != x) {
+        const T* from = x + (c << kChunkShift);
+        std::copy(from, from + std::min(kChunk, n - (c << kChunkShift)), chunk);
+      }
+      if (f == Acc(0)) {
+        for (int64_t k = 0; k < entries; ++k) chunk[first[k]] = T(0);
+        return;
+      }
+      // Every element is read before any is written: an index listed twice is scaled once.
+      sent->resize(entries);
+      for (int64_t k = 0; k < entries; ++k) (*sent)[k] = chunk[first[k]];
+      for (int64_t k = 0; k < entries; ++k) chunk[first[k]] = sparse::ScaledAt((*sent)[k], f);
+    };
+    const int64_t chunks = (n + kChunk - 1) >> kChunkShift;
+    const int64_t cost = (out != x ? 2 * kChunk : 0) + 16 * count / chunks;
+    const std::vector<int64_t> runs = SortedRunStarts(ctx, indices, count);
+    if (!runs.empty()) {
+      ShardCpu(ctx, chunks, cost, [&](int64_t begin, int64_t end) {
+        std::vector<T> sent;
+        std::vector<uint32_t> offsets;
+        for (int64_t c = begin; c < end; ++c) {
+          offsets.clear();
+          ForChunkRanges(indices, runs, c, [&](int64_t first, int64_t last) {
+            for (int64_t j = first; j < last; ++j) {
+              offsets.push_back(static_cast<uint32_t>(static_cast<int64_t>(indices[j]) & (kChunk - 1)));
+            }
+          });
+          scale_chunk(c, offsets.data(), static_cast<int64_t>(offsets.size()), &sent);
+        }
+      });
+      return;
+    }
     ChunkPartition<Index> partition(ctx, indices, count, n);
     Tensor holder;
     uint32_t* offsets = TempArray<uint32_t>(ctx, partition.total(), &holder);
     if (offsets == nullptr) return;
     partition.Fill([&](int64_t p, int64_t, uint32_t offset) { offsets[p] = offset; });
-    const int64_t cost = (out != x ? 2 * kChunk : 0) + 16 * partition.total() / partition.chunks();
-    ShardCpu(ctx, partition.chunks(), cost, [&](int64_t begin, int64_t end) {
+    ShardCpu(ctx, chunks, cost, [&](int64_t begin, int64_t end) {
       std::vector<T> sent;
       for (int64_t c = begin; c < end; ++c) {
-        T* chunk = out + (c << kChunkShift);
-        if (out != x) {
-          const T* from = x + (c << kChunkShift);
-          std::copy(from, from + std::min(kChunk, n - (c << kChunkShift)), chunk);
-        }
-        const uint32_t* first = offsets + partition.begin(c);
-        const int64_t entries = partition.end(c) - partition.begin(c);
-        if (f == Acc(0)) {
-          for (int64_t k = 0; k < entries; ++k) chunk[first[k]] = T(0);
-          continue;
-        }
-        // Every element is read before any is written: an index listed twice is scaled once.
-        sent.resize(entries);
-        for (int64_t k = 0; k < entries; ++k) sent[k] = chunk[first[k]];
-        for (int64_t k = 0; k < entries; ++k) chunk[first[k]] = sparse::ScaledAt(sent[k], f);
+        scale_chunk(c, offsets + partition.begin(c), partition.end(c) - partition.begin(c), &sent);
       }
     });
   }

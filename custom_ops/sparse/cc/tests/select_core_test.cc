@@ -1,8 +1,9 @@
 // Unit test of select_core.h and select_cpu.h (no TensorFlow): the key's order
 // (NaN above +Inf, zero and denormals as 0), the rank packing, FindBoundary,
 // and the whole selection, on both paths (the sampled one-read path and the
-// histogram passes) and on one thread, several threads and blocks run in
-// reverse, against a sort of the qualifying elements.
+// histogram passes), with every instruction set's loop this CPU runs, with
+// scratch memory and without, and on one thread, several threads and blocks
+// run in reverse, against a sort of the qualifying elements.
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include "custom_ops/sparse/cc/kernels/select_core.h"
 
@@ -66,19 +67,37 @@ struct Runner {
 template <typename T>
 void CheckSelect(const std::vector<T>& x, double t, int64_t capacity, const char* what) {
   const auto expected = Reference(x, t, capacity);
+  // Scratch memory as the op gives it (filled with garbage), or none (the heap).
+  std::vector<uint64_t> memory;
+  const auto given = [&](int64_t bytes) -> void* {
+    memory.assign((bytes + 7) / 8, 0x5a5a5a5a5a5a5a5aull);
+    return memory.data();
+  };
+  const auto none = [](int64_t) -> void* { return nullptr; };
   for (const Runner runner : {Runner{1, false}, Runner{3, false}, Runner{1, true}}) {
+   for (const bool scratch : {true, false}) {
+   for (const tfcomp::Isa isa : {tfcomp::Isa::kGeneric, tfcomp::Isa::kAvx2, tfcomp::Isa::kAvx512}) {
+    if (!tfcomp::IsaSupported(isa)) continue;
     std::vector<T> values(capacity, T(7));
     std::vector<int64_t> indices(capacity, 7);
-    sel::cpu::SelectLargest(x.data(), static_cast<int64_t>(x.size()),
-                            static_cast<typename tfcomp::Accumulator<T>::type>(t), capacity, values.data(),
-                            indices.data(), runner);
+    const auto t_acc = static_cast<typename tfcomp::Accumulator<T>::type>(t);
+    if (scratch) {
+      sel::cpu::SelectLargest(x.data(), static_cast<int64_t>(x.size()), t_acc, capacity, values.data(),
+                              indices.data(), runner, given, isa);
+    } else {
+      sel::cpu::SelectLargest(x.data(), static_cast<int64_t>(x.size()), t_acc, capacity, values.data(),
+                              indices.data(), runner, none, isa);
+    }
     CHECK(indices == expected) << what << " n=" << x.size() << " capacity=" << capacity << " t=" << t
-                               << " threads=" << runner.threads << " reverse=" << runner.reverse;
+                               << " threads=" << runner.threads << " reverse=" << runner.reverse
+                               << " scratch=" << scratch << " isa=" << tfcomp::IsaName(isa);
     for (int64_t j = 0; j < capacity; ++j) {
       const bool same = expected[j] < 0 ? values[j] == T(0)
                                         : std::memcmp(&values[j], &x[expected[j]], sizeof(T)) == 0;
       CHECK(same) << what << " value " << j;
     }
+   }
+   }
   }
 }
 
@@ -153,6 +172,31 @@ int main() {
         for (const int64_t capacity : {int64_t{1}, n / 100, n / 10, n / 2}) {
           for (const double t : {0.0, 1.0, 1e9}) CheckSelect(x, t, capacity, "float");
         }
+      }
+    }
+    // The large elements all in one block, far more than the sample leads it to expect:
+    // its candidates outgrow their slice of the scratch memory.
+    {
+      auto x = Gaussian(int64_t{1} << 20, 5, false, false);
+      for (int64_t i = 0; i < (int64_t{1} << 20); ++i) x[i] *= i < (int64_t{1} << 15) ? 100.0f : 0.01f;
+      for (const int64_t capacity : {int64_t{1} << 14, int64_t{1} << 15, int64_t{40000}}) {
+        CheckSelect(x, 0.0, capacity, "clustered");
+      }
+    }
+    // NaNs of every payload sort as one NaN, above +Inf, on every path (so many that the
+    // sample's bounds are NaN keys).
+    {
+      auto x = Gaussian(int64_t{1} << 18, 6, false, false);
+      uint32_t payload = 0x7f800001u;
+      for (int64_t i = 0; i < (int64_t{1} << 18); i += 5) {
+        float nan;
+        std::memcpy(&nan, &payload, sizeof(nan));
+        x[i] = (i % 2) ? nan : -nan;
+        payload = payload == 0x7fffffffu ? 0x7f800001u : payload + 0x1235u;
+        if (payload > 0x7fffffffu || payload < 0x7f800001u) payload = 0x7f800001u;
+      }
+      for (const int64_t capacity : {int64_t{100}, int64_t{1} << 14, int64_t{60000}}) {
+        CheckSelect(x, 0.0, capacity, "NaN payloads");
       }
     }
     CheckSelect(std::vector<float>((1 << 18) + 1, 0.0f), 0.0, 1000, "zeros");
