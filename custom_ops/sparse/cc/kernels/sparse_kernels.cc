@@ -21,6 +21,7 @@ namespace tfcomp {
 namespace {
 
 constexpr int64_t kSelectBlock = 1 << 14;  // elements per unit of sharded work
+constexpr int64_t kParallelReadBack = 1 << 16;  // slots from which HashSelect reads values on several threads
 
 using sparse::cpu::SelectRange;
 using sparse::cpu::Slots;
@@ -128,14 +129,20 @@ struct HashSelect<CPUDevice, T, Index> {
     ShardCpu(ctx, blocks, kSelectBlock * 2, [&](int64_t begin, int64_t end) {
       SelectRange(BestIsa(), g, begin * kSelectBlock, std::min(n, end * kSelectBlock), t, slots);
     });
-    // Each value is a random read of g (a cache miss in a large tensor): on the op's threads.
-    ShardCpu(ctx, capacity, threaded ? 64 : 8, [&](int64_t begin, int64_t end) {
+    const auto read_back = [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
         const int64_t index = sparse::ClaimedIndex(claims[j]);
         indices[j] = static_cast<Index>(index);
         if (threaded && index >= 0) values[j] = g[index];
       }
-    });
+    };
+    // Each value is a random read of g, a cache miss in a large tensor: many slots are
+    // read on the op's threads, a few (where handing them out costs more) on this one.
+    if (threaded && capacity >= kParallelReadBack) {
+      ShardCpu(ctx, capacity, 256, read_back);
+    } else {
+      read_back(0, capacity);
+    }
   }
 };
 
