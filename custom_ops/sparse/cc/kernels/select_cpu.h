@@ -293,7 +293,8 @@ bool SelectLargestSampled(const T* x, int64_t n, typename Accumulator<T>::type t
   std::vector<int64_t> at_hi_in(blocks, 0);
   std::vector<uint32_t> rows(blocks * kCutoffBins, 0);
   const int64_t expect = static_cast<int64_t>(1.3 * (e + margin) * block / kSelectSamples) + 64;
-  const int64_t slice = (expect + Candidates<T>::kRoom) * Candidates<T>::kBytesPerEntry;
+  // Each block's slice starts on a cache line (its ranks are 8-byte words).
+  const int64_t slice = ((expect + Candidates<T>::kRoom) * Candidates<T>::kBytesPerEntry + 63) / 64 * 64;
   char* memory = static_cast<char*>(scratch(blocks * slice));
   parallel_for(blocks, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
