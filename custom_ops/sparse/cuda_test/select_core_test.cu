@@ -90,7 +90,7 @@ void CheckSelect(const std::vector<T>& x, const T* d_x, int64_t capacity, double
   std::vector<Index> want_indices(capacity > 0 ? capacity : 1);
   if (capacity > 0) {
     sel::cpu::SelectLargest(x.data(), n, t_acc, capacity, want_values.data(), want_indices.data(),
-                            Serial{});
+                            Serial{}, [](int64_t) -> void* { return nullptr; });  // candidates on the heap
   }
   if (n <= 5000 && capacity > 0) {
     const std::vector<int64_t> sorted = SortReference(x, t_acc, capacity);
