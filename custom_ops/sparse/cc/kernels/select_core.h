@@ -31,18 +31,20 @@
 // elements (runs of kSelectSampleRun at hashed offsets, a fixed hash) bounds
 // the capacity-th largest key between lo and hi with a wide margin; one
 // streaming read collects the qualifying elements with key >= lo (about 1.2 x
-// capacity of them, counted exactly), those >= hi are winners if they number
-// at most capacity, and a selection among the ones in [lo, hi) gives the
-// cutoff. When the bounds miss (fewer than capacity at or above lo) it runs
-// the histogram passes above. Both give the one exact result.
+// capacity of them, counted exactly), with their values, and a histogram of
+// the keys of those below hi; those >= hi are winners if they number at most
+// capacity, and a selection among the candidates of the one histogram bin
+// that holds the capacity-th largest gives the cutoff (select_cpu.h). When
+// the bounds miss (fewer than capacity at or above lo) it runs the histogram
+// passes above. Both give the one exact result.
 // Memory-traffic floor: 1 streaming read of x (sizeof(T) bytes per element)
 // on the CPU's sampled path (plus the sample's 4096 cache lines), 2 on the
 // histogram path (the GPU twin takes it, plus a third read to write the
 // winners in index order: select_cuda_kernels.cu.h), plus
-// O(capacity) candidate traffic (8-byte ranks: about 1.2 x capacity on the
-// sampled path, capacity + hist[b] on the histogram path; a bin holds under 2%
-// of a Gaussian tensor around its 1% quantile) and the outputs (capacity x
-// (sizeof(T) + sizeof(Index)) bytes).
+// O(capacity) candidate traffic (about 1.2 x capacity 8-byte ranks and their
+// values on the sampled path, capacity + hist[b] ranks on the histogram path;
+// a bin holds under 2% of a Gaussian tensor around its 1% quantile) and the
+// outputs (capacity x (sizeof(T) + sizeof(Index)) bytes).
 #ifndef TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SELECT_CORE_H_
 #define TFCOMP_CUSTOM_OPS_SPARSE_CC_KERNELS_SELECT_CORE_H_
 
