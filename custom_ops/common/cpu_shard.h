@@ -20,14 +20,20 @@ void ShardCpu(tensorflow::OpKernelContext* ctx, int64_t total, int64_t cost_per_
                     [&fn](int64_t begin, int64_t end) { fn(begin, end); });
 }
 
-// scratch(bytes): memory for the rest of the op's Compute, 8-byte aligned,
-// from the op's allocator (which under TF_CPU_ALLOCATOR_USE_BFC hands back the
-// same pages each step: fresh pages for tens of megabytes cost more than the
-// work written to them), kept alive by *holder; nullptr if it cannot be had.
+// scratch(bytes): memory for the rest of the op's Compute, uninitialized and
+// 8-byte aligned, from the op's allocator (which under
+// TF_CPU_ALLOCATOR_USE_BFC hands back the same pages each step: fresh pages
+// for tens of megabytes cost more than the work written to them), kept alive
+// by *holder; nullptr, with the allocator's error as the op's status, if it
+// cannot be had.
 inline auto OpScratch(tensorflow::OpKernelContext* ctx, tensorflow::Tensor* holder) {
   return [ctx, holder](int64_t bytes) -> void* {
     const tensorflow::TensorShape shape({std::max<int64_t>(1, (bytes + 7) / 8)});
-    if (!ctx->allocate_temp(tensorflow::DT_INT64, shape, holder).ok()) return nullptr;
+    const auto status = ctx->allocate_temp(tensorflow::DT_INT64, shape, holder);
+    if (!status.ok()) {
+      ctx->SetStatus(status);
+      return nullptr;
+    }
     return holder->flat<int64_t>().data();
   };
 }

@@ -89,6 +89,7 @@ class Candidates {
     values_ = reinterpret_cast<T*>(scratch + sizeof(uint64_t) * entries);
     capacity_ = entries;
   }
+  // Room for capacity candidates and kRoom more; growing doubles it.
   void Reserve(int64_t capacity) {
     if (capacity + kRoom <= capacity_) return;
     const int64_t grown = std::max(capacity + kRoom, 2 * capacity_);
@@ -103,9 +104,7 @@ class Candidates {
     capacity_ = grown;
   }
   // Room for kRoom more at ranks()/values() + size().
-  void MakeRoom() {
-    if (size_ + kRoom > capacity_) Reserve(2 * capacity_ + kRoom);
-  }
+  void MakeRoom() { Reserve(size_); }
   void Append(uint64_t rank, T value) {
     MakeRoom();
     ranks_[size_] = rank;

@@ -282,17 +282,10 @@ void ForChunkRanges(const Index* indices, const std::vector<int64_t>& runs, int6
   }
 }
 
-// Scratch of `elements` values of type V, uninitialized, from the op's allocator.
+// Scratch of `elements` values of type V (OpScratch).
 template <typename V>
 V* TempArray(OpKernelContext* ctx, int64_t elements, Tensor* holder) {
-  const auto s = ctx->allocate_temp(::tensorflow::DT_INT8,
-                                    TensorShape({std::max<int64_t>(1, elements) * int64_t{sizeof(V)}}),
-                                    holder);
-  if (!s.ok()) {
-    ctx->SetStatus(s);
-    return nullptr;
-  }
-  return reinterpret_cast<V*>(holder->flat<int8_t>().data());
+  return static_cast<V*>(OpScratch(ctx, holder)(elements * int64_t{sizeof(V)}));
 }
 
 // Writes a chunk summed in a thread's own buffer to the output, times weight
@@ -301,9 +294,9 @@ V* TempArray(OpKernelContext* ctx, int64_t elements, Tensor* holder) {
 // once instead of reading them in (to zero them in place) and writing them back.
 template <typename T>
 void WriteChunk(const T* sums, int64_t length, int64_t divisor, typename Accumulator<T>::type weight, T* out) {
+  int64_t i = 0;
 #if TFCOMP_X86
   if constexpr (std::is_same_v<T, float>) {
-    int64_t i = 0;
     if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
       const __m128 w = _mm_set1_ps(weight);
       for (; i + 4 <= length; i += 4) {
@@ -312,11 +305,9 @@ void WriteChunk(const T* sums, int64_t length, int64_t divisor, typename Accumul
       }
       _mm_sfence();
     }
-    for (; i < length; ++i) out[i] = divisor == 1 ? sums[i] : sparse::Weighted(sums[i], weight);
-    return;
   }
 #endif
-  for (int64_t i = 0; i < length; ++i) out[i] = divisor == 1 ? sums[i] : sparse::Weighted(sums[i], weight);
+  for (; i < length; ++i) out[i] = divisor == 1 ? sums[i] : sparse::Weighted(sums[i], weight);
 }
 
 template <typename T, typename Index>
