@@ -1,11 +1,11 @@
 # tfcomp's entry points. Every target creates the pinned environment first
 # (reused while the pins are unchanged) and builds what it needs.
 #
-# STACK=pinned: TensorFlow 2.15.1 with Keras 2 and Horovod, in .venv,
-# everything. STACK=current: TensorFlow 2.21 with Keras 3 and tf-keras, in
-# .venv-current, its own op library (tfcomp/_tfcomp_ops.tf<version>.so), the
-# part of the suite that stack carries. Without STACK, targets use the pinned
-# stack, and `make test` tests both.
+# STACK=pinned: TensorFlow 2.15.1 with Keras 2 and Horovod, in .venv.
+# STACK=current: TensorFlow 2.21 with Keras 3 and tf-keras, in .venv-current,
+# its own op library (tfcomp/_tfcomp_ops.tf<version>.so). Without STACK, targets
+# use the pinned stack, and `make test` tests both. Each test says which stacks
+# it applies to (tests/stacks.py).
 SHELL := /bin/bash
 STACK ?=
 ifeq ($(filter-out pinned,$(STACK)),)
@@ -69,46 +69,12 @@ else
 test: pytest bazel-test
 endif
 else
-# The part of the suite the current stack carries. With tf.keras as tf-keras:
-# the ops, the compressors on the in-process emulator, plans, the main job
-# (and, in a subprocess, under Keras 3, with its predicted column and
-# tfcomp.Auto). Then 2-worker runs of the tf.distribute engine under Keras 3:
-# the bare names of a sparsifier and a low-rank compressor (DRAGONN, PowerSGD:
-# their dense epoch learned from model.fit's dataset) under SGD with momentum
-# against dense (EFSignSGD runs through model.fit in the tutorial test),
-# FrozenVarianceAdam, a custom loop, dense against tf.distribute's own,
-# resuming every worker's residuals from BackupAndRestore with one backup_dir
-# and from a .keras archive, TensorFlow's multi-worker Keras tutorials (model.fit
-# with a worker killed and both resumed, and the custom loop) and
-# gradient_accumulation_steps; under tf-keras the part of them below.
-CURRENT_STACK_TESTS := tests/keras/test_stacks.py tests/ops tests/compressors/test_compressors.py \
-	tests/compressors/test_sparse.py tests/compressors/test_lowrank.py tests/compressors/test_sign_zeros.py \
-	tests/compressors/test_momentum.py tests/benchmarks/test_convergence_advice.py tests/plan/test_plan.py \
-	tests/benchmarks/test_main_job.py tests/keras/test_frozen_adam.py tests/engines/test_keras3_backup.py
-# Under Keras 3 (tf-keras runs them as the pinned stack's Keras 2 does): FrozenVarianceAdam's
-# unit tests; the Timeline in one process (model.fit, eager and compiled, and a custom loop) and
-# on 2 workers (model.fit, serialised and recorded as it runs); tfcomp.Auto's unit tests and its
-# 2-worker run kept and resumed on a slow link (the pinned stack runs its other runs: the same
-# callback); mixed precision with overflows forced on one worker (EFSignSGD: the exchanged
-# gradients decide, no state moves) and mixed_bfloat16.
-CURRENT_STACK_KERAS3 := tests/keras/test_frozen_adam.py tests/callbacks/test_timeline.py tests/auto/test_auto.py \
-	tests/engines/test_mixed_precision.py
-CURRENT_STACK_KERAS3_SELECTED := not (test_auto_ and (falls_back or plans_again or audits)) and \
-	not (test_every_compressor_marks or test_recorded_as_it_runs and one-bucket or \
-	test_custom_loop_on_two_workers) and not (keras3_overflow and not EFSignSGD)
-CURRENT_STACK_DISTRIBUTE := (bare_name and (DRAGONN or PowerSGD)) or custom_training_loop or frozen_variance_adam or \
-	backup_and_restore_resumes_with_every_workers_residuals or no_compression_matches_tf_distribute or \
-	keras3_model_save or tutorial or gradient_accumulation
-# tf-keras takes Keras 2's path, which the pinned stack runs in full: there, what TensorFlow
-# 2.21 could change (a bare name, resuming from BackupAndRestore, dense against tf.distribute's
-# own, the tutorials).
-CURRENT_STACK_DISTRIBUTE_TF_KERAS := (bare_name and DRAGONN) or backup_and_restore_resumes_with_every_workers_residuals \
-	or no_compression_matches_tf_distribute or tutorial
+# The current stack runs the suite twice: with tf.keras as tf-keras (TF_USE_LEGACY_KERAS=1),
+# then as Keras 3. Each test's stacks marker (tests/stacks.py) says which of the three stacks
+# it applies to; the others skip it, saying why (`pytest -rs`, and a count per reason at the end).
 pytest: build
-	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs $(XDIST) $(CURRENT_STACK_TESTS)
-	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py tests/engines/test_keras_tutorial.py -k "$(CURRENT_STACK_DISTRIBUTE_TF_KERAS)"
-	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs tests/engines/test_distribute.py tests/engines/test_keras_tutorial.py -k "$(CURRENT_STACK_DISTRIBUTE)"
-	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q -rs $(CURRENT_STACK_KERAS3) -k "$(CURRENT_STACK_KERAS3_SELECTED)"
+	TF_USE_LEGACY_KERAS=1 $(PYTHON) -m pytest -q $(XDIST) tests
+	env -u TF_USE_LEGACY_KERAS $(PYTHON) -m pytest -q --durations=15 $(XDIST) tests
 
 test: pytest
 endif

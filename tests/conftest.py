@@ -21,21 +21,38 @@ settings.register_profile("ci", max_examples=60, derandomize=True, database=None
 settings.register_profile("thorough", max_examples=1200, **_PROPERTY_SETTINGS)
 settings.load_profile("ci")
 
-HOROVOD_MISSING = ("Horovod is not installed: the current-TensorFlow stack has none "
-                   "(0.28.1 does not build against TensorFlow 2.21; README, 'Supported stacks')")
-
-
 def pytest_configure(config):
-    config.addinivalue_line("markers", "horovod: needs Horovod (skipped, with the reason, where it is not installed)")
+    config.addinivalue_line("markers", "stacks(*names, why): the stacks a test applies to (tests/stacks.py)")
 
 
 def pytest_collection_modifyitems(config, items):
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    if importlib.util.find_spec("horovod") is not None:
-        return
+    from tests import stacks  # pylint: disable=import-outside-toplevel
+    stack, unmarked = stacks.in_use(), []
     for item in items:
-        if item.get_closest_marker("horovod") is not None:
-            item.add_marker(pytest.mark.skip(reason=HOROVOD_MISSING))
+        if item.get_closest_marker("stacks") is None:
+            unmarked.append(item.nodeid)
+        elif (why := stacks.not_here(item, stack)) is not None:
+            item.add_marker(pytest.mark.skip(reason=why))
+    if unmarked:
+        raise pytest.UsageError("every test says which stacks it applies to (tests/stacks.py); these do not:\n  "
+                                + "\n  ".join(unmarked))
+
+
+def pytest_report_header(config):
+    from tests import stacks  # pylint: disable=import-outside-toplevel
+    return f"tfcomp stack: {stacks.in_use()}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many tests were not for this stack, by reason (-rs lists them one by one)."""
+    reasons = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if reason.startswith("not on the "):
+            reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in sorted(reasons.items(), key=lambda r: -r[1]):
+        terminalreporter.write_line(f"{count} skipped, {reason}")
 
 
 @pytest.fixture

@@ -6,6 +6,9 @@ import ast
 import importlib.util
 import pathlib
 import re
+from tests.stacks import TREE_ONLY
+
+pytestmark = TREE_ONLY
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"

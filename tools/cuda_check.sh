@@ -53,13 +53,18 @@ assert cast_types == {(d.name, s.name) for d in floats for s in floats}, f"Tfcom
 print(f"cuda_check: GPU kernels registered, library loads in TensorFlow {tf.__version__}")
 EOF
 
-# The op tests against the GPU build: its CPU kernels everywhere (one library
-# serves CPU-only users), and on a GPU machine the GPU kernels against the CPU ones.
-# Two test processes where there is no GPU (each would take all of a GPU's memory).
-xdist=(-n 2)
-[[ -e /dev/nvidia0 ]] && xdist=()
-TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q "${xdist[@]}" tests/ops/test_sign.py tests/ops/test_sparse.py \
-  tests/ops/test_select.py tests/ops/test_lowrank.py tests/ops/test_cast.py \
+# The op tests against the GPU build. On a GPU machine, every op test: the GPU kernels
+# against the CPU ones. Without a GPU the build's CPU kernels are the CPU build's own
+# sources (its GOOGLE_CUDA blocks only register GPU kernels), which `make test` runs in
+# full: here the library's tests and every op against its NumPy reference (the property
+# tests), in two test processes.
+if [[ -e /dev/nvidia0 ]]; then
+  op_tests=(tests/ops/test_sign.py tests/ops/test_sparse.py tests/ops/test_select.py tests/ops/test_lowrank.py
+            tests/ops/test_cast.py)
+else
+  op_tests=(-n 2 tests/ops/test_library.py tests/ops/test_properties.py)
+fi
+TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q "${op_tests[@]}" \
   || die "the op tests fail against $LIB"
 
 for test in "$OUT"/tests/*; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test` without STACK: the pinned stack's suite and Bazel op tests, then the
-# current stack's part of the suite. The current stack's environment is created
+# suite on the current stack. The current stack's environment is created
 # while the pinned one is built and tested: its downloads and unpacking wait on
 # the network and the disk more than on the CPUs (about 90 s on a new machine).
 set -euo pipefail

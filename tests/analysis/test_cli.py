@@ -25,6 +25,9 @@ from tfcomp.analysis.model.simulator import simulate_profile
 from tfcomp.analysis.model.synthetic import synthetic_profile
 from tfcomp.costs.tables import SizeTable
 from tfcomp.analysis.model import whatif as whatif_model
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SYNTHETIC = REPO / "tests" / "data" / "synthetic_resnet50_profile.json"

@@ -15,6 +15,9 @@ from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, Mo
 from tfcomp.analysis.model.simulator import simulate_profile
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer
 from tfcomp.costs.tables import SizeTable
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 MB = 1e6
 DECODE_S = 2e-3  # measured at 4 workers

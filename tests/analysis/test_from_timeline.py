@@ -8,6 +8,9 @@ import pytest
 from tfcomp.analysis.measure import from_timeline
 from tfcomp.callbacks import trace
 from tfcomp.callbacks.segments import Segment, StepRecord
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def _step(step, t0, forward, backward, apply, ready_offsets, sizes):

@@ -7,6 +7,9 @@ from tfcomp.analysis.model.fusion_policies import CycleFusion
 from tfcomp.analysis.model.profile import GradientProfile, ModelProfile
 from tfcomp.analysis.model.simulator import simulate
 from tfcomp.costs.network import Link
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 MS = 1e-3
 

@@ -3,6 +3,9 @@ import pytest
 
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, COLLECTIVE_COSTS, Link
 from tfcomp.analysis.model.link_fit import fit_link
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 SIZES = [4 ** e for e in range(5, 13)]
 

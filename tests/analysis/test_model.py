@@ -18,6 +18,9 @@ from tfcomp.analysis.model.profile import CompressorProfile, GradientProfile, Mo
 from tfcomp.analysis.model.simulator import (TensorCompression, compression_from_profile, finite_check_costs,
                                               simulate, simulate_profile)
 from tfcomp.costs.tables import SizeTable
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 MB = 1e6
 MIB = 2**20

@@ -12,6 +12,9 @@ from tfcomp.analysis.model.simulator import (CollectiveCosts, TensorCompression,
                                               simulate_profile)
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer
 from tfcomp.costs.tables import SizeTable, isotonic
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 MIB = 2**20
 

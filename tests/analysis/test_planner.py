@@ -19,6 +19,9 @@ from tfcomp.analysis.model.synthetic import synthetic_profile
 from tfcomp.costs.tables import SizeTable
 from tfcomp.plan import file as plan_file
 from tests.analysis.test_cli import run_cli
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 MIB = 2**20
 

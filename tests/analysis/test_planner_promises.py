@@ -21,6 +21,9 @@ from tfcomp.analysis.model.simulator import simulate_profile
 from tfcomp.analysis.model.synthetic import synthetic_profile
 from tfcomp.costs.network import ALLGATHER, ALLREDUCE, Link, Transfer
 from tfcomp.costs.tables import SizeTable
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 MIB = 2**20
 

@@ -20,6 +20,9 @@ from tfcomp.costs.network import HALF_ALLREDUCE
 from tfcomp.analysis.cli.predict import predict
 from tfcomp.analysis.model.profile import Profile
 from tfcomp.callbacks import Timeline
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 @pytest.mark.parametrize("compressor, shape, expected", [

@@ -13,6 +13,9 @@ from tfcomp.analysis.model import whatif
 from tfcomp.analysis.model.profile import Profile
 from tfcomp.analysis.model.simulator import simulate
 from tfcomp.costs.network import Link
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 SYNTHETIC = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "synthetic_resnet50_profile.json"
 

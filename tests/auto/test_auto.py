@@ -20,6 +20,9 @@ from tests.cluster.horovod_cluster import horovodrun
 from tests.cluster.local_cluster import run_workers
 from tests.cluster.slow_link import emulated_link
 from tests.workers.workload import assert_identical_weights
+from tests.stacks import HOROVOD, KERAS2_ON_PINNED, PINNED, stacks
+
+pytestmark = KERAS2_ON_PINNED
 
 # A measured profile (tests/data/README.md).
 PROFILE = pathlib.Path(__file__).resolve().parents[1] / "data" / "recorded_resnet50_profile.json"
@@ -228,12 +231,20 @@ def test_auto_keeps_the_fastest_measured_trial_and_a_resumed_run_keeps_it(tmp_pa
     assert_identical_weights(resumed)
 
 
+# Auto's decisions are the same code under either Keras: Keras 3 runs its callback on 2 workers
+# in test_auto_keeps_the_fastest_measured_trial_and_a_resumed_run_keeps_it.
+SAME_CALLBACK_ON_KERAS3 = stacks(PINNED, why="the same callback as under Keras 2: Keras 3 runs it on 2 workers in "
+                                 "test_auto_keeps_the_fastest_measured_trial_and_a_resumed_run_keeps_it")
+
+
+@SAME_CALLBACK_ON_KERAS3
 def test_auto_falls_back_to_dense_when_its_plan_loses(tmp_path):
     codes, logs, results = run_workers("tests.workers.auto_worker", 2, [*FORCED_TO_LOSE, f"--steps={STEPS}"], tmp_path)
     check_ok(codes, logs)
     assert_fell_back(results)
 
 
+@SAME_CALLBACK_ON_KERAS3
 def test_auto_plans_again_when_the_step_time_drifts_also_after_keeping_dense(tmp_path):
     """Forced to lose, Auto keeps dense at step 20; from step 28 every step takes 100 ms more
     (as on a slower link, many times a step here): the first replan_every window that sees
@@ -255,7 +266,7 @@ def test_auto_plans_again_when_the_step_time_drifts_also_after_keeping_dense(tmp
     assert_identical_weights(results)
 
 
-@pytest.mark.horovod
+@HOROVOD
 def test_auto_under_horovod_falls_back_to_dense_when_its_plan_loses(tmp_path):
     code, log, results = horovodrun("tests.workers.auto_worker", 2, ["--engine=horovod", *FORCED_TO_LOSE,
                                                               f"--steps={STEPS}"], tmp_path)
@@ -263,6 +274,7 @@ def test_auto_under_horovod_falls_back_to_dense_when_its_plan_loses(tmp_path):
     assert_fell_back(results)
 
 
+@SAME_CALLBACK_ON_KERAS3
 def test_auto_audits_its_choice_side_by_side_and_a_run_resumed_in_the_audit_goes_back_to_it(tmp_path):
     """Forced to lose, Auto falls back to dense at step 20; its audit then times dense and
     the single candidate (which runs as the plan did) interleaved, 4 steps each in 2 rounds,

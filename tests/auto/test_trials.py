@@ -3,6 +3,9 @@ dense block of the same round, and an audit's regret."""
 import pytest
 
 from tfcomp.auto.trials import Block, regret, schedule, verdict
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def test_rounds_start_with_dense_and_every_other_round_runs_reversed():

@@ -7,6 +7,9 @@ import tensorflow as tf
 from benchmarks.codec_bench import floors
 from benchmarks.codec_bench import cells as codec_bench
 from tfcomp.compressors.registry import COMPRESSORS, parse_compressor
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 @pytest.mark.parametrize("name", sorted(COMPRESSORS))

@@ -10,6 +10,9 @@ from benchmarks.convergence.__main__ import settings
 from benchmarks.harness.convergence_tasks import TASKS
 from tests.cluster.local_cluster import ROOT
 from tfcomp.keras.optimizers import advice, settings_advice
+from tests.stacks import EVERY_STACK
+
+pytestmark = EVERY_STACK
 
 BETA = 0.9  # as the benchmark trains (SGD with momentum 0.9)
 LR = 0.1  # the learning rate advice() is asked about where a setting does not name its own

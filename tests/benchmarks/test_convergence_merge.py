@@ -4,6 +4,9 @@ row replaces the block."""
 import pytest
 
 from benchmarks.convergence.__main__ import merged_block
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def row(setting, label, final):

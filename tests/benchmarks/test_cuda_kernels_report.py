@@ -6,6 +6,9 @@ import json
 import pytest
 
 from benchmarks.cuda import report
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def record(op, ms, n=1 << 20, dtype="float32", param=0, **extra):

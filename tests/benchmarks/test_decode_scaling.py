@@ -7,6 +7,9 @@ import pytest
 
 from benchmarks.decode_scaling import compare
 from benchmarks.decode_scaling.report import FITTED, PROFILE_WORKERS, fits, line_fit, markdown, summarize
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 KS = [2, 3, 4, 8, 16]
 

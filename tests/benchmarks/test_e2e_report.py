@@ -4,6 +4,9 @@ import pytest
 
 from benchmarks.e2e import report as e2e_report
 from benchmarks.e2e import validation as e2e_validation
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def run(compression, link, step_ms, curve, gbps, status="ok"):

@@ -4,6 +4,9 @@ import pytest
 
 from benchmarks.lr_sweep import __main__ as lr_sweep
 from benchmarks.harness.convergence_tasks import TASKS
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def fake_training(finals, calls):

@@ -1,19 +1,24 @@
 """The main job's command, shortened: both engines print the side-by-side table and
 the verdict; the verdict counts time to dense's accuracy, and only compressors at their
 defaults."""
-import os
 import re
 import subprocess
 import sys
 
 import pytest
-import tensorflow as tf
 
 from benchmarks.main_job.report import at_defaults, table, verdict
 from tests.cluster.local_cluster import ROOT
+from tests.stacks import EVERY_STACK, HOROVOD, KERAS3, PINNED, TF_KERAS, stacks
+
+pytestmark = EVERY_STACK
 
 
-@pytest.mark.parametrize("engine", ["tf.distribute", pytest.param("horovod", marks=pytest.mark.horovod)])
+KERAS3_RUNS_ITS_OWN = stacks(PINNED, TF_KERAS, why="Keras 3 runs the main job in test_main_job_runs_under_keras3")
+
+
+@pytest.mark.parametrize("engine", [pytest.param("tf.distribute", marks=KERAS3_RUNS_ITS_OWN),
+                                    pytest.param("horovod", marks=HOROVOD)])
 def test_main_job_prints_the_comparison(tmp_path, engine):
     # Tensor selection plans for a 1 Gbit/s link, so DRAGONN compresses the 512x4096 head whatever
     # a busy moment of the shared machine does to its measured compression time.
@@ -44,16 +49,14 @@ def test_main_job_prints_the_comparison(tmp_path, engine):
         assert files == [f"{word}{r}.{ext}" for r in (0, 1) for ext in ("csv", "png", "trace.json")]
 
 
-@pytest.mark.skipif(tuple(int(p) for p in tf.__version__.split(".")[:2]) < (2, 16), reason="Keras 3 comes with "
-                    "TensorFlow 2.16 and later (make test STACK=current); TensorFlow 2.15's tf.keras is Keras 2")
+@stacks(KERAS3, why="Keras 3 comes with TensorFlow 2.16 and later, as tf.keras where TF_USE_LEGACY_KERAS is unset")
 def test_main_job_runs_under_keras3():
     """`make demo STACK=current`: the tf.distribute engine under Keras 3's model.fit, shortened,
     with the predicted column (a profile from the dense run's Timeline) and tfcomp.Auto."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     out = subprocess.run([sys.executable, "-m", "benchmarks.main_job", "--epochs=2", "--steps_per_epoch=8",
                           "--eval_every=8", "--compressors=none,PowerSGD,auto", "--loopback_gbps=1",
                           "--noslow_link"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+                         cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     lines = out.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("compression"))

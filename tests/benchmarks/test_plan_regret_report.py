@@ -4,6 +4,9 @@ import pytest
 
 from benchmarks.plan_regret import __main__ as plan_regret
 from benchmarks.plan_regret import audit_report
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def record(repeat, compression, step_ms, settled=None, phase="dense"):

@@ -8,6 +8,9 @@ import pytest
 from benchmarks.harness import compression_specs, prediction
 from tfcomp.analysis.model import planner
 from tfcomp.analysis.model.synthetic import synthetic_profile
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def test_a_saved_plan_replays_to_the_step_time_the_planner_predicted(tmp_path):

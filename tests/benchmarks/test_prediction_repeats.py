@@ -9,6 +9,9 @@ from benchmarks.prediction_repeats import __main__ as prediction_repeats
 from tfcomp.costs.network import Link
 from tfcomp.analysis.model.profile import Profile
 from tfcomp.analysis.model.synthetic import synthetic_profile
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def record(compression, step_ms, link="1gbit", status="ok"):

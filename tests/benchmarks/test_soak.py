@@ -2,6 +2,9 @@
 import pytest
 
 from benchmarks.long_run import link_schedule, soak_report as soak
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def worker(rss_mib_per_hour, step_ms_by_minute, traces=6):

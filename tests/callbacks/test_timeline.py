@@ -15,12 +15,14 @@ from tfcomp.callbacks import PHASES, Timeline, probe
 from tfcomp.callbacks.segments import step_record
 from tfcomp.callbacks.trace import merge
 from tfcomp.exchange.step import FINITE_FLAG_BYTES, Exchange
-from tfcomp.keras.version import in_use, tensor_name
+from tfcomp.keras.version import tensor_name
 from tfcomp.state.variables import CompressionState
 from tfcomp.testing.emulator import Emulator
 from tests.cluster.local_cluster import run_workers
+from tests.stacks import (EVERY_STACK, KERAS2_ON_PINNED, KERAS2_ON_PINNED_IN_CI, KERAS3_FIT_UNDER_TF_DISTRIBUTE, NO_KERAS,
+                          PINNED, stacks)
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), EVERY_STACK]  # what compression does, from step 0
 
 COMPRESSORS = [None, tfcomp.NoCompression, tfcomp.FP16, tfcomp.SignSGD, tfcomp.EFSignSGD,
                tfcomp.TopK(ratio=0.1), tfcomp.RandomK(ratio=0.1), tfcomp.DGC(ratio=0.1),
@@ -121,6 +123,7 @@ class _RecordingExchange:
             return self._exchange.reduce(grads, names, state, collectives, reduce_op)
 
 
+@NO_KERAS
 @pytest.mark.parametrize("compression", COMPRESSORS, ids=lambda c: repr(c).split("(")[0] if c else "None")
 def test_every_compressor_marks_its_phases_and_collective_bytes(compression):
     emu = Emulator(2, compression, selection=False, min_compress_elements=16)
@@ -284,6 +287,7 @@ def run_timeline_workers(tmp_path, **flags):
     return results
 
 
+@KERAS2_ON_PINNED
 def test_model_fit_on_two_workers_with_compression(tmp_path):
     results = run_timeline_workers(tmp_path, compression="EFSignSGD", hidden=2048, steps=10, start_step=2,
                                    num_steps=8)
@@ -315,7 +319,9 @@ def test_model_fit_on_two_workers_with_compression(tmp_path):
         assert sum(t["bytes"] for t in tensors) == 4 * (256 * 2048 + 2048 * 2048 + 2048 * 10 + 2048 + 2048 + 10)
 
 
-@pytest.mark.parametrize("bucket_bytes", [2**20, 2**26], ids=["1MiB-buckets", "one-bucket"])
+@pytest.mark.parametrize("bucket_bytes", [pytest.param(2**20, marks=KERAS2_ON_PINNED),
+                                          pytest.param(2**26, marks=KERAS2_ON_PINNED_IN_CI)],
+                         ids=["1MiB-buckets", "one-bucket"])
 def test_recorded_as_it_runs_a_compressed_collective_ends_before_backward_does(tmp_path, bucket_bytes):
     """The exchange's pipeline: the bucket of the last layers (its kernel compressed, gathered) is
     exchanged while backward computes the first layers' gradients. With every tensor in one
@@ -342,8 +348,7 @@ def test_recorded_as_it_runs_a_compressed_collective_ends_before_backward_does(t
         assert {f"bucket {b} collectives" for b in buckets} <= tracks
 
 
-@pytest.mark.skipif(in_use().major >= 3, reason="Keras 3's model.fit fails under tf.distribute's own strategy on 2 "
-                    "workers (keras-team/keras#20585)")
+@stacks(PINNED, why=KERAS3_FIT_UNDER_TF_DISTRIBUTE + "; tf-keras takes the pinned stack's path")
 def test_model_fit_under_tf_distributes_own_strategy(tmp_path):
     results = run_timeline_workers(tmp_path, compression="plain", hidden=256, steps=6, start_step=1, num_steps=5)
     for result in results:
@@ -362,6 +367,7 @@ def test_model_fit_under_tf_distributes_own_strategy(tmp_path):
     assert {e["pid"] for e in merged["traceEvents"]} == {0, 1}
 
 
+@KERAS2_ON_PINNED_IN_CI
 def test_custom_loop_on_two_workers_through_warmup_and_alternating_phases(tmp_path):
     results = run_timeline_workers(tmp_path, compression="ACPSGD:rank=1:warmup_steps=0", loop="custom", warmup_steps=3, hidden=256,
                                    steps=8, start_step=1, num_steps=7)

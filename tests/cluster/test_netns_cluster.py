@@ -10,6 +10,9 @@ import pytest
 
 from tests.cluster import netns_cluster
 from tests.cluster.launcher import Launcher
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

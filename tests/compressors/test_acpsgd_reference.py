@@ -15,8 +15,9 @@ import tensorflow as tf
 
 import tfcomp
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), NO_KERAS]  # what compression does, from step 0
 
 
 def orthogonalize(x):

@@ -8,6 +8,9 @@ from tfcomp.exchange import fusion
 from tfcomp.compressors import Collective, Compressor, Payload, PayloadSpec, Round, TensorContext, resolve
 from tfcomp.exchange.step import Exchange
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 SHAPES = [(40, 50), (50,), (3, 3, 4, 8), (7, 33)]
 NAMES = ["dense/kernel", "dense/bias", "conv/kernel", "out/kernel"]

@@ -6,6 +6,9 @@ import tensorflow as tf
 
 import tfcomp
 from tfcomp.compressors import TensorContext
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 def old_fp16(grad, summed_payload, ctx):

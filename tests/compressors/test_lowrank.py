@@ -10,8 +10,9 @@ from tfcomp.compressors.base import TensorContext
 from tfcomp.compressors.lowrank import matrix_shape, orthonormalize
 from tfcomp.exchange.step import Exchange
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), NO_KERAS]  # what compression does, from step 0
 
 SHAPE = (64, 48)
 

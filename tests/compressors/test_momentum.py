@@ -12,8 +12,9 @@ import tfcomp
 from tfcomp.keras.optimizers import advice, advise_on_settings, settings_advice, sgd_momentum
 from tfcomp.testing import Emulator
 from tfcomp.keras.optimizers import bind_exchange
+from tests.stacks import EVERY_STACK, PINNED, TF_KERAS, stacks
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), EVERY_STACK]  # what compression does, from step 0
 
 BETA = 0.9
 LR = 0.1
@@ -45,8 +46,11 @@ def run(compressor, optimizer, steps=6, nonfinite_at=None):
     return weights.numpy(), emu
 
 
+KERAS2_LEGACY = stacks(PINNED, TF_KERAS, why="Keras 3 has no legacy optimizers")
+
+
 @pytest.mark.parametrize("make", TAKE_OVER, ids=IDS)
-@pytest.mark.parametrize("legacy", [False, True], ids=["keras", "legacy"])
+@pytest.mark.parametrize("legacy", [False, pytest.param(True, marks=KERAS2_LEGACY)], ids=["keras", "legacy"])
 def test_taking_over_sgd_momentum_equals_worker_momentum_under_plain_sgd(make, legacy):
     sgd = tf.keras.optimizers.legacy.SGD if legacy else tf.keras.optimizers.SGD
     taken_over, emu = run(make(), sgd(LR, momentum=BETA))
@@ -99,8 +103,12 @@ def test_one_exchange_serves_one_momentum():
 def test_sgd_momentum_is_read_through_a_loss_scale_optimizer():
     inner = tf.keras.optimizers.SGD(LR, momentum=0.8)
     assert sgd_momentum(tf.keras.mixed_precision.LossScaleOptimizer(inner)) == pytest.approx(0.8)
-    assert sgd_momentum(tf.keras.optimizers.legacy.SGD(LR, momentum=0.7)) == pytest.approx(0.7)
     assert sgd_momentum(tf.keras.optimizers.Adam()) is None
+
+
+@KERAS2_LEGACY
+def test_sgd_momentum_is_read_from_a_keras2_legacy_optimizer():
+    assert sgd_momentum(tf.keras.optimizers.legacy.SGD(LR, momentum=0.7)) == pytest.approx(0.7)
 
 
 @pytest.mark.parametrize("momentum", [1.0, -0.1, "yes"])

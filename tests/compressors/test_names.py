@@ -8,6 +8,9 @@ from hypothesis import given
 import tfcomp
 from tfcomp.compressors import registry
 from tfcomp.compressors.base import EPOCH
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 NAMESPACE = {name: getattr(tfcomp, name) for name in registry.COMPRESSORS}
 

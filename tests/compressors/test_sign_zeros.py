@@ -10,6 +10,9 @@ import tfcomp
 from tfcomp import ops
 from tfcomp.compressors.sign import zero_bit
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 SHAPE = (40, 64)
 DEAD_ROWS = slice(0, 8)  # zero on every worker, every step

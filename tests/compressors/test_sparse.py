@@ -7,8 +7,9 @@ import tfcomp
 from tfcomp.compressors.base import TensorContext
 from tfcomp.exchange.step import FINITE_FLAG_BYTES
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), NO_KERAS]  # what compression does, from step 0
 
 SHAPE = (120, 250)
 SPARSIFIERS = [tfcomp.TopK, tfcomp.RandomK, tfcomp.DGC, tfcomp.DRAGONN]

@@ -7,6 +7,9 @@ import pathlib
 import re
 
 import pytest
+from tests.stacks import TREE_ONLY
+
+pytestmark = TREE_ONLY
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -10,6 +10,9 @@ from tests.cluster import processes
 from tests.cluster.horovod_cluster import horovodrun
 from tests.workers.workload import (BATCHES_PER_EPOCH, MOMENTUM_RUN, assert_compressed_after_an_epoch,
                                     assert_identical_weights, assert_trains_like_dense_with_momentum)
+from tests.stacks import HOROVOD
+
+pytestmark = HOROVOD
 
 STEPS = 32
 DENSE_BYTES = 4 * (64 * 64 + 64 + 64 * 10 + 10)
@@ -63,12 +66,13 @@ SPARSE = {"ratio": 0.05}
 DENSE_REST = 64 + 10 + 64 * 10
 
 
-# What each step sends, from the first step on (warmup_steps=0 where the default is an epoch).
+# What each step sends, from the first step on (warmup_steps=0 where the default is an epoch): each
+# kind of payload once. TopK and DGC send what DRAGONN sends (values and indices, allgathered) and
+# go through the engine as it does; tf.distribute's suite and the emulator's run them.
 @pytest.mark.parametrize("compression, lr, ranks, extra, sends", [
     ("hvd.fp16", 0.2, 2, {}, "float16 allreduce"), ("SignSGD", 0.01, 2, {}, "allgather"),
     ("EFSignSGD", 0.2, 3, {}, "allgather"), ("DRAGONN:warmup_steps=0", 0.2, 3, SPARSE, "allgather"),
-    ("DGC:warmup_steps=0", 0.2, 2, SPARSE, "allgather"),
-    ("TopK:warmup_steps=0", 0.2, 2, SPARSE, "allgather"), ("RandomK:warmup_steps=0", 0.5, 2, SPARSE, "allreduce"),
+    ("RandomK:warmup_steps=0", 0.5, 2, SPARSE, "allreduce"),
     ("PowerSGD:warmup_steps=0", 0.2, 2, {"rank": 4}, "allreduce"),
     ("ACPSGD:warmup_steps=0", 0.2, 3, {"rank": 4}, "allreduce")])
 def test_compressors_train_under_model_fit(tmp_path, compression, lr, ranks, extra, sends):
@@ -109,11 +113,11 @@ def dense_with_momentum(tmp_path_factory):
     return train(tmp_path_factory.mktemp("dense_with_momentum"), compression="NoCompression", **MOMENTUM_RUN)
 
 
-@pytest.mark.parametrize("compression", ["FP16", "EFSignSGD", "TopK", "DGC", "DRAGONN", "PowerSGD", "ACPSGD"])
+@pytest.mark.parametrize("compression", ["FP16", "EFSignSGD", "DRAGONN", "PowerSGD", "ACPSGD"])
 def test_each_bare_name_trains_like_dense_under_sgd_with_momentum(tmp_path, dense_with_momentum, compression):
-    """compression=tfcomp.X with no arguments under SGD(momentum=0.9) (every compressor but RandomK
-    and SignSGD, which need more: see settings_advice), with steps_per_epoch= for the dense epoch
-    (Horovod never sees the dataset), within MOMENTUM_TOLERANCE of dense."""
+    """compression=tfcomp.X with no arguments under SGD(momentum=0.9), with steps_per_epoch= for the
+    dense epoch (Horovod never sees the dataset), within MOMENTUM_TOLERANCE of dense: each kind of
+    exchange once (TopK and DGC take DRAGONN's; tf.distribute's suite trains every bare name)."""
     ours = assert_trains_like_dense_with_momentum(train, tmp_path, dense_with_momentum, compression,
                                                   {"steps_per_epoch": BATCHES_PER_EPOCH})
     assert_compressed_after_an_epoch(ours, compression)

@@ -3,12 +3,17 @@ import subprocess
 import sys
 import textwrap
 
-import horovod.tensorflow as hvd
 import numpy as np
 import pytest
 
-import tfcomp
-from tfcomp.horovod import engine
+from tests.stacks import HOROVOD, HOROVOD_MISSING
+
+hvd = pytest.importorskip("horovod.tensorflow", reason=HOROVOD_MISSING)  # its arguments below are Horovod's
+
+import tfcomp  # pylint: disable=wrong-import-position
+from tfcomp.horovod import engine  # pylint: disable=wrong-import-position
+
+pytestmark = HOROVOD
 
 
 def test_horovods_compression_maps_to_tfcomps():

@@ -7,6 +7,9 @@ import types
 import pytest
 
 from tfcomp.distribute import keras3_backup
+from tests.stacks import EVERY_STACK
+
+pytestmark = EVERY_STACK
 
 
 def keras3_callback(backup_dir):

@@ -18,6 +18,9 @@ import time
 from tests.cluster import processes
 from tfcomp.keras import version as keras_in_use
 from tests.cluster.local_cluster import ROOT, free_ports, wait_then_stop
+from tests.stacks import EVERY_STACK
+
+pytestmark = EVERY_STACK
 
 TUTORIAL = ROOT / "tests" / "workers" / "keras_tutorial" / "main.py"
 TIMEOUT_S = 240

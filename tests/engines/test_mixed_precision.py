@@ -9,9 +9,8 @@ import pytest
 from tests.cluster.horovod_cluster import horovodrun
 from tests.cluster.local_cluster import run_workers
 from tests.workers.workload import BATCHES_PER_EPOCH, assert_identical_weights
-from tfcomp.keras import version as keras_in_use
+from tests.stacks import HOROVOD, KERAS3, PINNED, stacks
 
-KERAS3 = keras_in_use.in_use().major >= 3  # the workers' tf.keras, as this process's (same environment)
 
 POISON_BATCHES = [3, 5]  # of every epoch of 8 batches
 STEPS = 32
@@ -46,21 +45,27 @@ def overflowing_steps():
 
 
 @pytest.fixture(scope="module")
-def uncompressed(request, tmp_path_factory):
-    """TensorFlow's own strategy, or Horovod's own optimizer, on the same data."""
-    results = train(request.param, tmp_path_factory.mktemp(f"plain-{request.param}"), plain=True)
-    return request.param, results
+def uncompressed(tmp_path_factory):
+    """uncompressed(engine): TensorFlow's own strategy, or Horovod's own optimizer, on the same
+    data; run once per engine for the whole module."""
+    runs = {}
+
+    def run(engine):
+        if engine not in runs:
+            runs[engine] = train(engine, tmp_path_factory.mktemp(f"plain-{engine}"), plain=True)
+        return runs[engine]
+    return run
 
 
 # One compressor of each family on tf.distribute; Horovod runs the same exchange, so there
 # the uncompressed path and one compressor (the one test below also wraps both ways).
-@pytest.mark.skipif(KERAS3, reason="Keras 3: the tests below (tf.distribute's own strategy fails model.fit on 2 "
-                    "workers there, keras-team/keras#20585, and Horovod does not build)")
-@pytest.mark.parametrize("uncompressed, compression", [
+@stacks(PINNED, why="Keras 2's LossScaleOptimizer beside TensorFlow's and Horovod's own (tf-keras takes the "
+        "pinned stack's path); Keras 3's: the tests below")
+@pytest.mark.parametrize("engine, compression", [
     ("distribute", "NoCompression"), ("distribute", "EFSignSGD"), ("distribute", "DRAGONN"),
-    ("distribute", "ACPSGD"), ("horovod", "NoCompression"), ("horovod", "DRAGONN")], indirect=["uncompressed"])
-def test_overflow_skips_the_step_on_every_worker_and_training_goes_on(uncompressed, compression, tmp_path):
-    engine, plain = uncompressed
+    ("distribute", "ACPSGD"), ("horovod", "NoCompression"), ("horovod", "DRAGONN")])
+def test_overflow_skips_the_step_on_every_worker_and_training_goes_on(uncompressed, engine, compression, tmp_path):
+    plain = uncompressed(engine)
     assert plain[0]["loss_scales"] == expected_scales(), "the uncompressed reference must see the overflows"
     results = train(engine, tmp_path, compression=compression)
     assert_identical_weights(results)
@@ -76,7 +81,7 @@ def test_overflow_skips_the_step_on_every_worker_and_training_goes_on(uncompress
             np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.horovod
+@HOROVOD
 def test_horovod_exchanges_unscaled_gradients_whichever_optimizer_wraps_the_other(tmp_path):
     """Keras wraps the compiled optimizer in a LossScaleOptimizer: tfcomp's then
     sees scaled gradients, divides the scale out for the exchange and puts it
@@ -89,7 +94,7 @@ def test_horovod_exchanges_unscaled_gradients_whichever_optimizer_wraps_the_othe
     assert_identical_weights([*inside, *outside])
 
 
-@pytest.mark.skipif(not KERAS3, reason="Keras 3's LossScaleOptimizer: the tests above cover Keras 2's")
+@stacks(KERAS3, why="Keras 3's LossScaleOptimizer: the test above covers Keras 2's")
 @pytest.mark.parametrize("compression", ["NoCompression", "EFSignSGD", "DRAGONN", "ACPSGD"])
 def test_keras3_overflow_on_one_worker_skips_the_step_on_every_worker(compression, tmp_path):
     """Keras 3's LossScaleOptimizer decides from each worker's own gradients; under tfcomp's
@@ -107,7 +112,7 @@ def test_keras3_overflow_on_one_worker_skips_the_step_on_every_worker(compressio
         assert result["state_step"] == STEPS - skipped, "overflowing steps leave the compressor state"
 
 
-@pytest.mark.skipif(not KERAS3, reason="Keras 3 (the pinned stack's Keras 2 runs mixed_float16 above)")
+@stacks(KERAS3, why="Keras 3 (the pinned stack's Keras 2 runs mixed_float16 above)")
 def test_keras3_mixed_bfloat16_trains_identically_on_every_worker(tmp_path):
     """bfloat16 has float32's range: no loss scale, nothing skipped, every step exchanged."""
     results = train("distribute", tmp_path, compression="EFSignSGD", policy="mixed_bfloat16")

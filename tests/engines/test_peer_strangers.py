@@ -14,6 +14,9 @@ import pytest
 
 from tfcomp.engines import peers
 from tests.cluster.local_cluster import ROOT
+from tests.stacks import KERAS2_ON_PINNED
+
+pytestmark = KERAS2_ON_PINNED
 
 KEY = b"job key"
 PEER = """

@@ -8,6 +8,9 @@ import tensorflow as tf
 
 from tfcomp.engines import peers
 from tests.cluster.local_cluster import ROOT
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 KEY = b"job key"  # the peer process's too
 PEER = """

@@ -11,6 +11,9 @@ from tfcomp.engines.engine import Engine
 from tfcomp.exchange import step as exchange_step
 from tfcomp.exchange.step import Exchange
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 SHAPE = (64, 32)
 

@@ -8,8 +8,9 @@ import tensorflow as tf
 import tfcomp
 from tfcomp.exchange.step import FINITE_FLAG_BYTES, Exchange
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), NO_KERAS]  # what compression does, from step 0
 
 SHAPES = [(256, 128), (128,), (3, 3, 8, 16)]
 NAMES = ["dense/kernel", "dense/bias", "conv/kernel"]

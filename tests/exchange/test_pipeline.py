@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 import tfcomp
 from tfcomp.exchange.step import FINITE_FLAG_BYTES, Exchange
 from tfcomp.testing import Emulator
+from tests.stacks import NO_KERAS
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), NO_KERAS]  # what compression does, from step 0
 
 # Variables' order; backward makes the last first. 64x64 float32 is 16 KiB.
 SHAPES = [(64, 64), (64,), (64, 64), (64,), (64, 64), (64, 10)]

@@ -14,6 +14,9 @@ import pytest
 import tfcomp
 from tfcomp.exchange import profile_cache
 from tfcomp.exchange.selection import PROFILE_SIZES, CompressionProfile
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,9 @@ from tfcomp.exchange.selection import (PROFILE_SIZES, CompressionProfile, Effici
                                        dense_seconds)
 from tfcomp.testing import Emulator
 from tfcomp.keras.optimizers import bind_exchange
+from tests.stacks import NO_KERAS
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), NO_KERAS]  # what compression does, from step 0
 
 NET = Network(bandwidth_gbps=8.0, latency_us=100.0)  # 1e9 bytes/s, 1e-4 s
 

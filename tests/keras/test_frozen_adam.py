@@ -6,6 +6,9 @@ import tensorflow as tf
 import tfcomp
 from tfcomp.exchange.step import Exchange
 from tfcomp.keras.optimizers import bind_exchange
+from tests.stacks import EVERY_STACK
+
+pytestmark = EVERY_STACK
 
 LR, BETA_1, BETA_2, EPSILON = 0.01, 0.9, 0.999, 1e-7
 

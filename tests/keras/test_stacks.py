@@ -1,7 +1,6 @@
 """tfcomp on either supported stack: which Keras tf.keras is, the op library for
 the installed TensorFlow, and clear refusals where an engine cannot work (Keras
 3, Horovod missing), never a failure at import."""
-import os
 import subprocess
 import sys
 
@@ -11,10 +10,12 @@ import tensorflow as tf
 import tfcomp
 from tfcomp import ops
 from tfcomp.keras import version as keras_in_use
+from tests.stacks import EVERY_STACK, HOROVOD, KERAS3, PINNED, TF_KERAS, stacks
 
-TENSORFLOW_WITH_KERAS3 = tuple(int(p) for p in tf.__version__.split(".")[:2]) >= (2, 16)
+pytestmark = EVERY_STACK
 
 
+@stacks(PINNED, TF_KERAS, why="tf.keras is Keras 3 there: test_under_real_keras3_the_ops_and_the_strategy_work")
 def test_the_keras_found_is_tf_keras():
     keras = keras_in_use.in_use()
     assert tf.keras.optimizers.SGD.__module__.split(".")[0] == keras.package
@@ -23,12 +24,14 @@ def test_the_keras_found_is_tf_keras():
     assert keras.internal("optimizers.utils").all_reduce_sum_gradients is not None
 
 
+@stacks(PINNED, TF_KERAS, why="tf.keras is Keras 3 there, whose optimizers the Horovod engine refuses")
 def test_an_optimizer_subclassed_outside_keras_is_still_keras():
     class Mine(tf.keras.optimizers.SGD):
         pass
     keras_in_use.require_keras2("engine", "needs it", Mine(0.1))
 
 
+@stacks(PINNED, TF_KERAS, why="tf.keras is Keras 3 there, which the Horovod engine refuses before it looks at the optimizer")
 def test_an_optimizer_of_another_keras_is_refused_naming_it():
     foreign = type("SGD", (), {"__module__": "otherkeras.optimizers"})()
     with pytest.raises(keras_in_use.UnsupportedKeras, match="otherkeras.optimizers.SGD.*not from tf.keras"):
@@ -52,13 +55,10 @@ def test_keras3_variables_are_named_by_their_path():
     assert keras_in_use.tensor_name(tf.Variable(1.0, name="dense/bias")) == "dense/bias:0"
 
 
-@pytest.mark.skipif(not TENSORFLOW_WITH_KERAS3, reason="TensorFlow 2.15's tf.keras is Keras 2: Keras 3 comes "
-                    "with TensorFlow 2.16 and later (make test STACK=current)")
+@stacks(KERAS3, why="Keras 3 comes with TensorFlow 2.16 and later, as tf.keras where TF_USE_LEGACY_KERAS is unset")
 def test_under_real_keras3_the_ops_and_the_strategy_work():
-    """The op library and the strategy's model.fit under Keras 3 (tf.keras without
-    TF_USE_LEGACY_KERAS), on one worker; compression between 2 and 3 workers: make test
-    STACK=current runs tests/engines/test_distribute.py under Keras 3 too."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    """The op library and the strategy's model.fit under Keras 3, in a new process, on one
+    worker (tests/engines/test_distribute.py runs 2 and 3 workers)."""
     script = """
 import numpy as np
 import tensorflow as tf
@@ -76,7 +76,7 @@ x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
 losses = model.fit(x, x[:, :4], batch_size=16, epochs=8, verbose=0).history["loss"]
 print("trained", losses[-1] < 0.5 * losses[0], losses)
 """
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     assert lines["pack"] == "[5] 1.0"  # bits 0 and 2 (1.0 and +0) positive; mean |x| = 1
@@ -107,7 +107,7 @@ def test_horovod_missing_is_named_when_tfcomp_horovod_is_first_used(monkeypatch)
         tfcomp.horovod.DistributedOptimizer  # pylint: disable=expression-not-assigned
 
 
-@pytest.mark.horovod
+@HOROVOD
 def test_tfcomp_horovod_loads_on_first_use_without_its_own_import():
     script = "import tfcomp; print(tfcomp.horovod.DistributedOptimizer.__name__)"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

@@ -15,6 +15,9 @@ import tensorflow as tf
 
 from models import registry, resnet, teacher
 from models.registry import MIB, MODELS, gradient_summary
+from tests.stacks import MODELS_KERAS2
+
+pytestmark = MODELS_KERAS2
 
 
 def _close(measured, paper, tolerance=0.02):

@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 
 from tests.ops.test_properties import acc_dtype, arrays, as_read, assert_equal_or_both_nan, specials, to_dtype
 from tfcomp import ops
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 PAIRS = [(s, d) for s in DTYPES for d in DTYPES]

@@ -5,6 +5,9 @@ import pytest
 import tensorflow as tf
 
 from tfcomp import ops
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 
 @pytest.fixture

@@ -4,6 +4,9 @@ import pytest
 import tensorflow as tf
 
 from tfcomp import ops
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 SHAPES = [(1, 1, 1), (7, 5, 2), (256, 256, 4), (4096, 512, 8), (300, 17, 32)]
 

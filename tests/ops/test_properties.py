@@ -31,6 +31,9 @@ from tests.ops import sparse_reference as sparse_ref
 from tests.ops.test_lowrank import reference as lowrank_reference
 from tests.ops.test_sign import pack_bits, reference_majority, reference_pack, unpack_bits
 from tfcomp import ops
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 dtypes = st.sampled_from(DTYPES)

@@ -12,6 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tfcomp import ops
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 

@@ -4,6 +4,9 @@ import pytest
 import tensorflow as tf
 
 from tfcomp import ops
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 SHAPES = [(0,), (1,), (31,), (32,), (33,), (63,), (64,), (65,), (1000,), (4096,), (4097,),

@@ -9,6 +9,9 @@ import tensorflow as tf
 
 from tests.ops import sparse_reference as ref
 from tfcomp import ops
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 

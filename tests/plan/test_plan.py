@@ -16,8 +16,9 @@ from tfcomp.keras.optimizers import bind_exchange
 from tests.cluster.horovod_cluster import horovodrun
 from tests.cluster.local_cluster import run_workers
 from tests.workers.workload import PLAN_MIN_COMPRESS_ELEMENTS, assert_identical_weights, mixed_plan
+from tests.stacks import EVERY_STACK, HOROVOD
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), EVERY_STACK]  # what compression does, from step 0
 
 K = 2
 # Two PowerSGD tensors of one shape (batched together), an EFSignSGD tensor of
@@ -321,7 +322,7 @@ def test_a_plan_under_multi_worker_mirrored_strategy(tmp_path):
     assert_trained_with_the_plan(results)
 
 
-@pytest.mark.horovod
+@HOROVOD
 def test_a_plan_under_horovod(tmp_path):
     args = ["--plan", f"--min_compress_elements={PLAN_MIN_COMPRESS_ELEMENTS}", f"--steps={PLAN_STEPS}",
             "--lr=0.2"]

@@ -4,6 +4,9 @@ import pytest
 import tensorflow as tf
 
 from tfcomp.state.variables import CompressionState
+from tests.stacks import NO_KERAS
+
+pytestmark = NO_KERAS
 
 SPECS = {"dense/kernel:0": {"residual": ((3, 4), tf.float32), "q": ((4, 2), tf.float32)}}
 

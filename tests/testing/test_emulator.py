@@ -8,8 +8,9 @@ import tensorflow as tf
 import tfcomp
 from tfcomp.testing import Emulator
 from tfcomp.testing.emulator import inter_op_threads
+from tests.stacks import NO_KERAS
 
-pytestmark = pytest.mark.usefixtures("compress_from_the_first_step")  # what compression does, from step 0
+pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), NO_KERAS]  # what compression does, from step 0
 
 
 def test_compiled_emulator_steps_equal_eager_ones():
