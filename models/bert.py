@@ -27,8 +27,10 @@ class PositionAndSegment(layers.Layer):
 
     def build(self, input_shape):
         hidden = input_shape[-1]
-        self.positions = self.add_weight("position_embeddings", (self.max_positions, hidden), initializer=_initializer())
-        self.segment_table = self.add_weight("token_type_embeddings", (self.segments, hidden), initializer=_initializer())
+        self.positions = self.add_weight(name="position_embeddings", shape=(self.max_positions, hidden),
+                                         initializer=_initializer())
+        self.segment_table = self.add_weight(name="token_type_embeddings", shape=(self.segments, hidden),
+                                             initializer=_initializer())
 
     def call(self, x):
         length = tf.shape(x)[1]

@@ -72,7 +72,7 @@ class TiedSoftmax(tf.keras.layers.Layer):
         self.embedding = embedding
 
     def build(self, input_shape):
-        self.bias = self.add_weight("bias", (self.embedding.input_dim,), initializer="zeros")
+        self.bias = self.add_weight(name="bias", shape=(self.embedding.input_dim,), initializer="zeros")
 
     def call(self, hidden):
         return tf.matmul(hidden, self.embedding.embeddings, transpose_b=True) + self.bias

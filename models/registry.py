@@ -10,6 +10,7 @@ learnable data, what to compile it with, and what its gradients weigh.
 `python -m models.registry [--full]` prints the sizes table of models/README.md.
 """
 import dataclasses
+import math
 import sys
 from typing import Callable, Optional
 
@@ -85,7 +86,7 @@ class Spec:
 def gradient_summary(model):
     """(number of trainable tensors, their total bytes, [(name, shape, bytes)]): what one
     data-parallel step exchanges before compression."""
-    rows = [(v.name, tuple(v.shape), v.shape.num_elements() * v.dtype.size) for v in model.trainable_variables]
+    rows = [(v.name, tuple(v.shape), math.prod(v.shape) * tf.as_dtype(v.dtype).size) for v in model.trainable_variables]
     return len(rows), sum(r[2] for r in rows), rows
 
 

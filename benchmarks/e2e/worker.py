@@ -57,7 +57,7 @@ def main(argv):
 
     timed_from = FLAGS.warmup + (FLAGS.timeline_steps if timeline else 0)
     times = sorted(timer.times[timed_from:] or timer.times[FLAGS.warmup:])
-    dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
+    _, dense_bytes, _ = registry.gradient_summary(model)
 
     def percentile(q):
         return 1e3 * times[min(len(times) - 1, int(q * (len(times) - 1) + 0.5))]

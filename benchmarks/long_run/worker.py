@@ -16,7 +16,7 @@ from absl import app, flags
 from benchmarks.harness import train_worker
 from tests.cluster.step_times import StepTimes
 from benchmarks.long_run.probe import LongRunProbe, count_traces
-from models import digits
+from models import digits, registry
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 2000, "Training steps (one Keras epoch over the repeated data).", lower_bound=1)
@@ -56,7 +56,7 @@ def main(argv):
               verbose=0, callbacks=callbacks)
 
     steps = len(timer.times)
-    dense_bytes = sum(v.shape.num_elements() * v.dtype.size for v in model.trainable_variables)
+    _, dense_bytes, _ = registry.gradient_summary(model)
     after_warmup = sorted(timer.times[FLAGS.warmup:])
     train_worker.result_path().write_text(json.dumps({
         "compression": FLAGS.compression, "engine": FLAGS.engine, "steps": steps, "warmup": FLAGS.warmup,

@@ -7,9 +7,9 @@ import sys
 
 from benchmarks.long_run import report as long_run_report
 from tests.cluster.local_cluster import ROOT
-from tests.stacks import MODELS_KERAS2
+from tests.stacks import LONG_RUN_KERAS2
 
-pytestmark = MODELS_KERAS2
+pytestmark = LONG_RUN_KERAS2
 
 STEPS, WARMUP, WINDOW = 150, 50, 50
 # At 150 steps RSS still settles (allocator pools, gRPC buffers); 2,000-step runs hold it to 5%.

@@ -15,9 +15,9 @@ import tensorflow as tf
 
 from models import registry, resnet, teacher
 from models.registry import MIB, MODELS, gradient_summary
-from tests.stacks import MODELS_KERAS2
+from tests.stacks import KERAS2_ON_PINNED
 
-pytestmark = MODELS_KERAS2
+pytestmark = KERAS2_ON_PINNED
 
 
 def _close(measured, paper, tolerance=0.02):
@@ -81,7 +81,9 @@ def test_xml_bottleneck_puts_a_square_tensor_beside_a_thin_one():
     spec = MODELS["xml_bottleneck"]
     (x, y), _ = spec.data("small", n=3 * spec.batch_size, test=8)
     model = spec.build("small")
-    shapes = {v.name.split("/")[0]: tuple(v.shape) for v in model.trainable_variables if len(v.shape) == 2}
+    # Named by layer: Keras 2's "hidden1/kernel:0", Keras 3's path "functional/hidden1/kernel".
+    shapes = {getattr(v, "path", v.name).split("/")[-2]: tuple(v.shape) for v in model.trainable_variables
+              if len(v.shape) == 2}
     assert shapes == {"hidden1": (128, 2048), "hidden2": (2048, 2048), "bottleneck": (2048, 16),
                       "head": (16, 32768)}
     assert x.shape == (3 * spec.batch_size, 128) and y.max() < 32768
