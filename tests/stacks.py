@@ -6,7 +6,6 @@ carries `stacks(...)` (a module's `pytestmark` or its own, the closest one count
 the running stack is not among them, the test is skipped with the marker's `why`. A test
 without the marker is a collection error, so no test is left off a stack by omission.
 """
-import importlib.metadata
 import os
 
 import pytest
@@ -21,12 +20,12 @@ HOROVOD_MISSING = ("Horovod does not build against TensorFlow 2.16 and later (ho
 
 
 def in_use():
-    """The stack of this environment, as TensorFlow will read it (TF_USE_LEGACY_KERAS is
-    read when TensorFlow is imported, so it is taken from the environment here too)."""
-    major, minor = (int(p) for p in importlib.metadata.version("tensorflow").split(".")[:2])
-    if (major, minor) < (2, 16):
-        return PINNED
-    return TF_KERAS if os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True") else KERAS3
+    """The stack of this process, from the Keras tf.keras resolved to (tfcomp.keras.version)."""
+    from tfcomp.keras import version  # pylint: disable=import-outside-toplevel
+    keras = version.in_use()
+    if keras.package == "tf_keras":
+        return TF_KERAS
+    return KERAS3 if keras.major >= 3 else PINNED
 
 
 def stacks(*names, why=None, also=()):
