@@ -54,9 +54,6 @@ KERAS2_ON_PINNED = stacks(PINNED, KERAS3, why="tf-keras takes Keras 2's path, wh
 KERAS2_ON_PINNED_IN_CI = stacks(PINNED, why="tf-keras takes Keras 2's path, which the pinned stack runs; under Keras 3 "
                                 "it passes too, but CI leaves it to the pinned stack to stay within 30 minutes on 2 "
                                 "cores (TFCOMP_TEST_ALSO=1 runs it there)", also=(KERAS3,))
-#: The long-run benchmark's probe reads Keras 2's train_function.
-LONG_RUN_KERAS2 = stacks(PINNED, why="its probe counts traces through Keras 2's train_function, which Keras 3's "
-                         "model.fit does not expose: not ported yet (tf-keras takes the pinned stack's path)")
 HOROVOD = stacks(PINNED, why=HOROVOD_MISSING)
 #: Plain Python over the repository's files (docs, layout, imports): the same on every stack.
 TREE_ONLY = stacks(PINNED, why="plain Python over the repository's files, the same on every stack")

@@ -1,6 +1,7 @@
 """What a long run watches in each worker: resident memory, traces of the train
 step, TensorFlow functions and the ops of the train function's graph."""
 import gc
+import inspect
 import statistics
 import time
 
@@ -32,13 +33,44 @@ def context_function_count():
     return len(context.context().list_function_names())
 
 
-def graph_op_count(function):
-    """Ops in all concrete functions of a tf.function, the bodies of the
-    functions they call (strategy.run's replica function, conds, ...) included."""
+def traced_functions(train_function, depth=4):
+    """The tf.functions behind a Keras train function, outermost first.
+
+    Keras 2's train function is a tf.function itself. Keras 3's is a Python
+    function that calls two, held in its closure (one over the iterator, one
+    over a batch; a wrapper of Keras' sits between), so they are found by
+    following closures a few levels deep.
+    """
+    if train_function is None:
+        return []
+    if hasattr(train_function, "experimental_get_tracing_count"):
+        return [train_function]
+    found = []
+    for cell in (getattr(train_function, "__closure__", None) or ()) if depth else ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if inspect.isfunction(value) or hasattr(value, "experimental_get_tracing_count"):
+            found += [f for f in traced_functions(value, depth - 1) if f not in found]
+    return found
+
+
+def tracing_count(train_function):
+    """Traces of the tf.functions behind a train function (None: none found,
+    as while a tfcomp.Auto profiling cycle's Timeline wraps it in a plain one)."""
+    functions = traced_functions(train_function)
+    return sum(f.experimental_get_tracing_count() for f in functions) if functions else None
+
+
+def graph_op_count(functions):
+    """Ops in all concrete functions of the given tf.functions, the bodies of
+    the functions they call (strategy.run's replica function, conds, ...) included."""
     total = 0
-    for concrete in function._list_all_concrete_functions():  # pylint: disable=protected-access
-        graph_def = concrete.graph.as_graph_def()
-        total += len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
+    for function in functions:
+        for concrete in function._list_all_concrete_functions():  # pylint: disable=protected-access
+            graph_def = concrete.graph.as_graph_def()
+            total += len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
     return total
 
 
@@ -112,13 +144,11 @@ class LongRunProbe(tf.keras.callbacks.Callback):
 
     def _sample(self, step, logs):
         train_function = self.model.train_function
-        # None while a tfcomp.Auto profiling cycle's Timeline wraps Keras' train function in a plain one.
-        tracing_count = getattr(train_function, "experimental_get_tracing_count", None)
+        traces = tracing_count(train_function)
         self.samples.append({
             "step": step, "rss_kib": rss_kib(), "threads": thread_count(), "traces": self.counter["traces"],
             "python_objects": len(gc.get_objects()),  # growth here is Python's; RSS growth without it is not
-            "train_function_tracing_count": (0 if train_function is None else
-                                             tracing_count() if tracing_count is not None else None),
+            "train_function_tracing_count": 0 if train_function is None else traces,
             "context_functions": context_function_count(),
             "seconds": time.perf_counter() - self._start, "unix_time": time.time(),
             "loss": float(logs["loss"]) if logs and "loss" in logs else None,
@@ -130,9 +160,10 @@ class LongRunProbe(tf.keras.callbacks.Callback):
         return 1e3 * statistics.median(recent) if recent else None
 
     def _count_ops(self, when):
-        function = self.model.train_function
-        if not hasattr(function, "_list_all_concrete_functions"):  # wrapped by a Timeline (see _sample)
+        functions = traced_functions(self.model.train_function)
+        if not functions:  # wrapped by a Timeline (see tracing_count)
             self.ops[when] = self.concrete_functions[when] = None
             return
-        self.ops[when] = graph_op_count(function)
-        self.concrete_functions[when] = len(function._list_all_concrete_functions())  # pylint: disable=protected-access
+        self.ops[when] = graph_op_count(functions)
+        self.concrete_functions[when] = sum(
+            len(f._list_all_concrete_functions()) for f in functions)  # pylint: disable=protected-access
