@@ -5,6 +5,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Workers on localhost start from an interpreter that imported TensorFlow once
+# (tests.cluster.preload); TFCOMP_TEST_PRELOAD=0 starts each with `python -m`.
+os.environ.setdefault("TFCOMP_TEST_PRELOAD", "1")
 # Compression profiles (tfcomp.exchange.selection) measured by the tests stay with the tests;
 # worker processes inherit the variable. Each pytest-xdist worker has its own, as a
 # single pytest process would.

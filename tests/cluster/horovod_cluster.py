@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+from tests.cluster import preload
 from tests.cluster.local_cluster import ROOT, load_result
 
 
@@ -15,6 +16,8 @@ def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=(
     Returns (exit code, log, [each rank's out_dir/rank<r>.json or None]). A job
     still running after timeout seconds is killed with its whole process group
     (exit code -9). prefix runs horovodrun under a command (`ip netns exec NAME`).
+    Under the tests, ranks on this host start from a preloaded interpreter
+    (tests.cluster.preload).
     """
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -25,11 +28,12 @@ def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=(
     # abbreviate one of its own (--timeline, --out): the flags go in an absl flagfile.
     flagfile = out_dir / "flags.txt"
     flagfile.write_text("\n".join([f"--out={out_dir}", *args]) + "\n")
-    command = [*prefix, str(runner), "-np", str(num_ranks), "-H", f"localhost:{num_ranks}", "--gloo",
-               sys.executable, "-m", module, f"--flagfile={flagfile}"]
     run_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
                    **(env or {}))
     run_env.pop("TF_CONFIG", None)
+    python = preload.worker_command(run_env) if preload.enabled() and not prefix else [sys.executable, "-m"]
+    command = [*prefix, str(runner), "-np", str(num_ranks), "-H", f"localhost:{num_ranks}", "--gloo",
+               *python, module, f"--flagfile={flagfile}"]
     log_path = out_dir / "horovodrun.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, env=run_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from tests.cluster import preload
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
 
@@ -32,7 +34,8 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
     worker t's address (default localhost). With stop_on_failure_s, once a
     worker has failed the others get that many seconds to end before they are
     killed (they would otherwise wait in a collective until the timeout).
-    env adds to each worker's environment.
+    env adds to each worker's environment. Under the tests, workers on this host
+    start from a preloaded interpreter (tests.cluster.preload).
     """
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -48,7 +51,10 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
         log = open(out_dir / f"worker{task}.log", "w")
         extra = per_worker_args[task] if per_worker_args else []
         launcher = prefixes[task] if prefixes else prefix
-        command = [*launcher, sys.executable, "-m", module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
+        python = [sys.executable, "-m"]
+        if preload.enabled() and not launcher:
+            python = preload.worker_command(worker_env, task)
+        command = [*launcher, *python, module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
         procs.append((subprocess.Popen(command, env=worker_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
     wait_then_stop([proc for proc, _ in procs], [log for _, log in procs], timeout, stop_on_failure_s)
     codes = [proc.returncode for proc, _ in procs]
