@@ -52,7 +52,7 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
         extra = per_worker_args[task] if per_worker_args else []
         launcher = prefixes[task] if prefixes else prefix
         python = [sys.executable, "-m"]
-        if preload.enabled() and not launcher:
+        if preload.enabled(worker_env) and not launcher:
             python = preload.worker_command(worker_env, task)
         command = [*launcher, *python, module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
         procs.append((subprocess.Popen(command, env=worker_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))

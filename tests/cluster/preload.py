@@ -16,10 +16,11 @@ the client is killed.
 A worker started this way differs from `python -m` in what was settled when the
 server started: the modules it imported and Python's hash seed. Workers 0 and 1
 of a cluster come from different servers, so they hash strings differently, as
-separate interpreters would (Horovod's ranks 0 and 1 too). A server serves one environment (the variables read
+separate interpreters would (Horovod's ranks 0 and 1 too). A client learns that
+its worker ended from the server, a little later than a parent would: a test of
+which of several processes ends first gives its workers TFCOMP_TEST_PRELOAD=0. A server serves one environment (the variables read
 at import, IMPORT_TIME_VARIABLES); run_workers starts one per environment.
 """
-import atexit
 import json
 import os
 import random
@@ -40,8 +41,9 @@ IMPORT_TIME_VARIABLES = ("PYTHONPATH", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LE
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def enabled():
-    return os.environ.get("TFCOMP_TEST_PRELOAD") == "1"
+def enabled(env):
+    """Whether workers with environment env start through a preload server."""
+    return env.get("TFCOMP_TEST_PRELOAD") == "1"
 
 
 def _preload():
@@ -135,11 +137,12 @@ def serve(path):
             connection, _ = listener.accept()
             pid = os.fork()
             if pid == 0:
-                for fd in (listener.fileno(), wake_read, wake_write, parent):
+                listener.close()
+                for fd in (wake_read, wake_write, parent):
                     os.close(fd)
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _run_child(connection)  # never returns
+                _run_child(connection)  # raises SystemExit
             clients[pid] = connection
             try:
                 _send(connection, {"pid": pid})
@@ -174,8 +177,8 @@ def _receive(stream):
 
 def _run_child(connection):
     """In the forked child: takes the client's stdio, environment and directory,
-    runs the module as __main__, and exits as `python -m` would."""
-    code = 1
+    runs the module as __main__, and exits through the interpreter as `python -m`
+    would (SystemExit out of serve)."""
     try:
         request, fds = _receive_request(connection)
         for target, fd in enumerate(fds):
@@ -190,11 +193,11 @@ def _run_child(connection):
         random.seed()
         sys.modules["numpy"].random.seed()
         sys.argv = [request["module"], *request["args"]]
-        code = _run_module(request["module"])
-    except BaseException:  # pylint: disable=broad-except
+    except Exception:  # pylint: disable=broad-except
         traceback.print_exc()
-    finally:
-        _exit(code)
+        raise SystemExit(1)
+    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    raise SystemExit(0)
 
 
 def _receive_request(connection):
@@ -205,32 +208,6 @@ def _receive_request(connection):
             raise RuntimeError("the client went away before its request was complete")
         data += more
     return json.loads(data), fds
-
-
-def _run_module(module):
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            return stop.code or 0
-        print(stop.code, file=sys.stderr)
-        return 1
-    except BaseException:  # pylint: disable=broad-except
-        traceback.print_exc()
-        return 1
-    return 0
-
-
-def _exit(code):
-    """Ends as the interpreter would: waits for non-daemon threads, runs atexit
-    functions, flushes stdio."""
-    try:
-        threading._shutdown()  # pylint: disable=protected-access
-        atexit._run_exitfuncs()  # pylint: disable=protected-access
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code & 0xFF)
 
 
 def _end_with(client_pid):

@@ -25,7 +25,7 @@ def _alive(pid):
 
 
 def test_workers_get_their_arguments_environment_and_output_and_hash_differently(tmp_path):
-    assert preload.enabled()  # tests/conftest.py turns it on
+    assert preload.enabled(os.environ)  # tests/conftest.py turns it on
     codes, logs, results = run_workers(PROBE, 2, ["--exit_code=3"], tmp_path, per_worker_args=[["extra0"], []],
                                        env={"PRELOAD_PROBE": "seen"})
     assert codes == [3, 3], logs

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import tfcomp
+from tfcomp.compressors import sparse
 from tfcomp.compressors.base import TensorContext
 from tfcomp.exchange.step import FINITE_FLAG_BYTES
 from tfcomp.testing import Emulator
@@ -84,6 +85,48 @@ def test_randomk_uses_allreduce_and_the_same_positions_everywhere():
     mean = np.mean([x[0].numpy() for x in g], axis=0)
     mask = out != 0
     np.testing.assert_allclose(out[mask], mean[mask], rtol=1e-5)
+
+
+def test_randomk_with_many_repeated_positions_decodes_each_position_once():
+    """At ratio 1 on a small tensor about a third of the draws repeat a position:
+    every drawn position gets the workers' mean once, the rest stay 0, and the
+    residual is 0 exactly where something was sent."""
+    shape = (7, 9)
+    emu = Emulator(2, tfcomp.RandomK(ratio=1.0), min_compress_elements=1, selection=False, check_finite=False)
+    rng = np.random.default_rng(5)
+    g = [[tf.constant(rng.standard_normal(shape).astype(np.float32))] for _ in range(2)]
+    out = emu.step(g, ["w"])[0][0].numpy()
+    sent = residual(emu, 0) == 0
+    assert 0.5 * out.size < np.count_nonzero(sent) < out.size  # repeats left some positions out
+    np.testing.assert_array_equal(residual(emu, 1) == 0, sent)
+    mean = (g[0][0].numpy() + g[1][0].numpy()) / 2
+    np.testing.assert_allclose(out[sent], mean[sent], rtol=1e-6)
+    np.testing.assert_array_equal(out[~sent], 0)
+    np.testing.assert_array_equal(residual(emu, 0)[~sent], g[0][0].numpy()[~sent])
+
+
+@pytest.mark.parametrize("n, k", [(1, 1), (10, 3), (1000, 1000), (2**20 + 7, 5000)])
+def test_sorted_uniform_positions_are_sorted_in_range_and_fixed_by_the_seed(n, k):
+    seed = tf.constant([11, 4], tf.int64)
+    positions = sparse.sorted_uniform_positions(n, k, seed).numpy()
+    assert positions.dtype == np.int32 and positions.shape == (k,)
+    assert positions.min() >= 0 and positions.max() < n
+    assert np.all(np.diff(positions) >= 0)
+    np.testing.assert_array_equal(positions, sparse.sorted_uniform_positions(n, k, seed).numpy())
+    assert n == 1 or not np.array_equal(
+        positions, sparse.sorted_uniform_positions(n, k, tf.constant([11, 5], tf.int64)).numpy())
+
+
+def test_sorted_uniform_positions_are_uniform():
+    """200,000 draws over 100 cells of 10^6 positions: each cell's count is within
+    5 standard deviations of 2,000, and a chi-square over the cells within its
+    0.001 quantile (148.2 for 99 degrees of freedom)."""
+    n, k, cells = 100_000_000, 200_000, 100
+    positions = sparse.sorted_uniform_positions(n, k, tf.constant([3, 9], tf.int64)).numpy()
+    counts = np.bincount(positions // (n // cells), minlength=cells)
+    expected = k / cells
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected)), counts
+    assert np.sum((counts - expected) ** 2 / expected) < 148.2
 
 
 @pytest.mark.parametrize("cls", [tfcomp.TopK, tfcomp.DGC, tfcomp.DRAGONN], ids=lambda c: c.__name__)

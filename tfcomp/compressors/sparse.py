@@ -233,7 +233,12 @@ class DRAGONN(ThresholdSparsifier):
 
 class RandomK(Sparsifier):
     """k uniformly drawn elements (with replacement), the same k on every worker
-    (a seed of tensor name and step), so their values add up: allreduce."""
+    (a seed of tensor name and step), so their values add up: allreduce.
+
+    The k positions are drawn in increasing order (sorted_uniform_positions), so
+    the gather, the residual's update and the decode read and write memory in
+    order, and a position drawn twice sits next to its repeat, which the decode
+    skips (ops.sparse_decode adds each entry)."""
 
     def payload_specs(self, shape, dtype):
         return [[PayloadSpec((self.capacity(shape),), tf.as_dtype(dtype), Collective.ALLREDUCE)]]
@@ -241,15 +246,27 @@ class RandomK(Sparsifier):
     def compress(self, grad, state, ctx):
         n = grad.shape.num_elements()
         flat = self._accumulate(grad, state)
-        positions = tf.random.stateless_uniform([self.capacity(grad.shape), 1], ctx.seed(salt=3), 0, n,
-                                                dtype=tf.int64)
-        values = tf.gather_nd(flat, positions)
+        positions = sorted_uniform_positions(n, self.capacity(grad.shape), ctx.seed(salt=3))
+        values = tf.gather(flat, positions)
         with tf.control_dependencies([values]):
-            self._clear_sent(flat, positions[:, 0], grad.shape, state)
+            self._clear_sent(flat, positions, grad.shape, state)
+        repeat = tf.concat([[False], tf.equal(positions[1:], positions[:-1])], axis=0)
+        decode_at = tf.where(repeat, tf.constant(-1, positions.dtype), positions)
 
         def finish(summed):
-            # Repeated positions carry the same summed value, so writing twice is harmless.
-            # The mean is taken on the capacity's values, not on the n-vector.
-            dense = tf.tensor_scatter_nd_update(tf.zeros([n], grad.dtype), positions, ctx.from_sum(summed[0]))
+            # The mean's 1/K is applied in the decode's pass (sparse_decode's divisor).
+            dense = ops.sparse_decode(summed[0], decode_at, n, divisor=ctx.num_workers if ctx.average else 1)
             return self.hand_off(tf.reshape(dense, grad.shape), state)
         return Round([Payload(values, Collective.ALLREDUCE)], finish)
+
+
+def sorted_uniform_positions(n, k, seed):
+    """k positions drawn uniformly from [0, n) with replacement, in increasing
+    order, without a sort: the order statistics of k uniform draws are the
+    cumulative sums of k + 1 exponential draws over their total (float64, so
+    that positions up to 2^31 keep their resolution). Index dtype as
+    ops.index_dtype(n)."""
+    gaps = -tf.math.log1p(-tf.random.stateless_uniform([k + 1], seed, dtype=tf.float64))
+    ends = tf.cumsum(gaps)
+    positions = tf.cast(ends[:k] / ends[k] * n, tf.int64)
+    return tf.cast(tf.minimum(positions, n - 1), ops.index_dtype(n))
