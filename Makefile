@@ -53,9 +53,10 @@ demo: build
 	$(PYTHON) -m benchmarks.main_job $(DEMO_FLAGS)
 
 # The suite runs in PYTEST_WORKERS pytest-xdist processes, a test file each at
-# a time (a file's module fixtures are set up once); 1 runs it in one.
+# a time (a file's module fixtures are set up once), the longest files first
+# (tests/conftest.py); 1 runs it in one.
 PYTEST_WORKERS ?= 2
-XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 ifneq ($(STACK),current)
 pytest: build layering netfaults
 	$(PYTHON) -m pytest -q --durations=25 $(XDIST) tests

@@ -89,12 +89,28 @@ g++ -shared -o "$OUT/_tfcomp_ops.so" "${OBJS[@]}" "${TF_LFLAGS[@]}" -Wl,--no-und
   || die "link failed"
 echo "build_gpu_library: wrote $OUT/_tfcomp_ops.so"
 
+# The standalone tests, up to nproc at a time as above; each writes its log beside its object.
+build_standalone_test() {
+  local src=$1 name
+  name=$(basename "$src" .cu)
+  "$NVCC" -c -x cu -std=c++17 -O2 -I"$PWD" --expt-relaxed-constexpr --threads 0 "${GENCODE[@]}" "$src" \
+    -o "$OUT/obj/$name.o" || { echo "compiling $src failed"; return 1; }
+  g++ -o "$OUT/tests/$name" "$OUT/obj/$name.o" -L"$CUDA_HOME/lib64" -l:libcudart.so.12 \
+    -Wl,-rpath,"$CUDA_HOME/lib64" || { echo "linking $src failed (libcudart.so.12 in $CUDA_HOME/lib64?)"; return 1; }
+}
+TEST_SRCS=()
 for src in custom_ops/*/cuda_test/*.cu; do
   [[ -e $src ]] || continue
+  TEST_SRCS+=("$src")
+  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+  build_standalone_test "$src" >"$OUT/obj/$(basename "$src" .cu).test.log" 2>&1 &
+done
+wait
+for src in "${TEST_SRCS[@]}"; do
   name=$(basename "$src" .cu)
-  "$NVCC" -c -x cu -std=c++17 -O2 -I"$PWD" --expt-relaxed-constexpr --threads 0 "${GENCODE[@]}" "$src" -o "$OUT/obj/$name.o" \
-    || die "compiling $src failed"
-  g++ -o "$OUT/tests/$name" "$OUT/obj/$name.o" -L"$CUDA_HOME/lib64" -l:libcudart.so.12 \
-    -Wl,-rpath,"$CUDA_HOME/lib64" || die "linking $src failed (libcudart.so.12 in $CUDA_HOME/lib64?)"
+  if [[ ! -x $OUT/tests/$name ]]; then
+    cat "$OUT/obj/$name.test.log" >&2
+    die "building the standalone test $src failed"
+  fi
   echo "build_gpu_library: wrote $OUT/tests/$name"
 done

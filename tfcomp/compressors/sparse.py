@@ -260,13 +260,21 @@ class RandomK(Sparsifier):
         return Round([Payload(values, Collective.ALLREDUCE)], finish)
 
 
+# Gaps summed per row of this many before the rows' offsets are added: TensorFlow's
+# cumsum runs on one thread, so one long scan costs twice what the rows do.
+_SCAN_ROW = 1024
+
+
 def sorted_uniform_positions(n, k, seed):
     """k positions drawn uniformly from [0, n) with replacement, in increasing
     order, without a sort: the order statistics of k uniform draws are the
-    cumulative sums of k + 1 exponential draws over their total (float64, so
-    that positions up to 2^31 keep their resolution). Index dtype as
-    ops.index_dtype(n)."""
-    gaps = -tf.math.log1p(-tf.random.stateless_uniform([k + 1], seed, dtype=tf.float64))
-    ends = tf.cumsum(gaps)
+    cumulative sums of k + 1 exponential draws over their total. The draws are
+    float32 (an exponential's tail is cut at 16, where its chance per draw is
+    1e-7), their sums float64, so that positions up to 2^31 keep their
+    resolution. Index dtype as ops.index_dtype(n)."""
+    gaps = tf.cast(-tf.math.log1p(-tf.random.stateless_uniform([k + 1], seed, dtype=tf.float32)), tf.float64)
+    rows = -(-(k + 1) // _SCAN_ROW)
+    within = tf.cumsum(tf.reshape(tf.pad(gaps, [[0, rows * _SCAN_ROW - (k + 1)]]), [rows, _SCAN_ROW]), axis=1)
+    ends = tf.reshape(within + tf.cumsum(within[:, -1], exclusive=True)[:, None], [-1])
     positions = tf.cast(ends[:k] / ends[k] * n, tf.int64)
     return tf.cast(tf.minimum(positions, n - 1), ops.index_dtype(n))
