@@ -65,9 +65,14 @@ echo "build_gpu_library: ${#CC_SRCS[@]} .cc + ${#CU_SRCS[@]} .cu.cc, CUDA archs:
 start=$SECONDS
 SRCS=("${CU_SRCS[@]}" "${CC_SRCS[@]}")
 OBJS=()
+# Waits until fewer than nproc background jobs run.
+wait_for_a_slot() {
+  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+}
+
 # Up to nproc background jobs; a .o appears only when its compile succeeded.
 for src in "${SRCS[@]}"; do
-  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+  wait_for_a_slot
   obj=$OUT/obj/$(echo "${src#custom_ops/}" | tr / _).o
   OBJS+=("$obj")
   if [[ $src == *.cu.cc ]]; then cmd=("$NVCC" "${NVCC_FLAGS[@]}"); else cmd=(g++ "${CXX_FLAGS[@]}"); fi
@@ -102,7 +107,7 @@ TEST_SRCS=()
 for src in custom_ops/*/cuda_test/*.cu; do
   [[ -e $src ]] || continue
   TEST_SRCS+=("$src")
-  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+  wait_for_a_slot
   build_standalone_test "$src" >"$OUT/obj/$(basename "$src" .cu).test.log" 2>&1 &
 done
 wait

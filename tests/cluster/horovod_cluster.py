@@ -31,9 +31,8 @@ def horovodrun(module, num_ranks, args, out_dir, timeout=240, env=None, prefix=(
     run_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
                    **(env or {}))
     run_env.pop("TF_CONFIG", None)
-    python = preload.worker_command(run_env) if preload.enabled(run_env) and not prefix else [sys.executable, "-m"]
     command = [*prefix, str(runner), "-np", str(num_ranks), "-H", f"localhost:{num_ranks}", "--gloo",
-               *python, module, f"--flagfile={flagfile}"]
+               *preload.python_m(run_env, wrapped=bool(prefix)), module, f"--flagfile={flagfile}"]
     log_path = out_dir / "horovodrun.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, env=run_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,

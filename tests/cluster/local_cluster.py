@@ -51,10 +51,7 @@ def run_workers(module, num_workers, args, out_dir, timeout=240, per_worker_args
         log = open(out_dir / f"worker{task}.log", "w")
         extra = per_worker_args[task] if per_worker_args else []
         launcher = prefixes[task] if prefixes else prefix
-        python = [sys.executable, "-m"]
-        if preload.enabled(worker_env) and not launcher:
-            python = preload.worker_command(worker_env, task)
-        command = [*launcher, *python, module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
+        command = [*launcher, *preload.python_m(worker_env, task, wrapped=bool(launcher)), module, f"--out={out_dir / f'worker{task}.json'}", *args, *extra]
         procs.append((subprocess.Popen(command, env=worker_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log))
     wait_then_stop([proc for proc, _ in procs], [log for _, log in procs], timeout, stop_on_failure_s)
     codes = [proc.returncode for proc, _ in procs]

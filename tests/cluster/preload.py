@@ -18,8 +18,9 @@ server started: the modules it imported and Python's hash seed. Workers 0 and 1
 of a cluster come from different servers, so they hash strings differently, as
 separate interpreters would (Horovod's ranks 0 and 1 too). A client learns that
 its worker ended from the server, a little later than a parent would: a test of
-which of several processes ends first gives its workers TFCOMP_TEST_PRELOAD=0. A server serves one environment (the variables read
-at import, IMPORT_TIME_VARIABLES); run_workers starts one per environment.
+which of several processes ends first gives its workers TFCOMP_TEST_PRELOAD=0.
+A server serves one environment (the variables read at import,
+IMPORT_TIME_VARIABLES); one is started per environment.
 """
 import json
 import os
@@ -102,8 +103,13 @@ class Servers:
 SERVERS = Servers()
 
 
-def worker_command(env, task=None):
-    """The command prefix that starts worker `task` (None: Horovod's rank) through a preload server."""
+def python_m(env, task=None, wrapped=False):
+    """The command prefix that runs a worker's `python -m MODULE`: through a
+    preload server for worker `task` (None: Horovod's rank picks) where
+    enabled(env) and the worker runs on this host unwrapped (no `ip netns
+    exec`), else `python -m` itself."""
+    if wrapped or not enabled(env):
+        return [sys.executable, "-m"]
     return SERVERS.command(env, task)
 
 

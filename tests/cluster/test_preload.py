@@ -43,7 +43,7 @@ def test_a_worker_that_kills_itself_is_seen_killed(tmp_path):
 
 def _client(tmp_path, *args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    command = [*preload.worker_command(env, 0), PROBE, f"--out={tmp_path / 'probe.json'}", *args]
+    command = [*preload.python_m(env, 0), PROBE, f"--out={tmp_path / 'probe.json'}", *args]
     return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 

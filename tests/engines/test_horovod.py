@@ -180,8 +180,8 @@ KILLED_STEP = 21  # --kill_at=20: the rank dies when it starts the 21st step
 
 def kill_one_rank(out_dir, ranks, killed, extra=()):
     """Rank `killed` SIGKILLs itself as it starts step KILLED_STEP; returns horovodrun's log."""
-    # Started with `python -m`: a preloaded survivor leaves faster than the interpreter would, and
-    # horovodrun, which names the first rank to end, could see it end before the killed rank.
+    # Started with `python -m`: horovodrun names the first rank to end, and a preloaded rank's end
+    # reaches it through the preload server, late enough that a survivor's could come first.
     code, log, results = horovodrun("tests.workers.horovod_worker", ranks,
                                     ["--compression=EFSignSGD", "--kill_at=20", f"--kill_rank={killed}", *extra],
                                     out_dir, timeout=200, env={"TFCOMP_TEST_PRELOAD": "0"})
