@@ -27,7 +27,11 @@ def test_short_long_run_neither_retraces_nor_grows(tmp_path):
     out = subprocess.run([sys.executable, "-m", "benchmarks.long_run", "--compressors=DGC,PowerSGD",
                           f"--steps={STEPS}", f"--warmup={WARMUP}", f"--window={WINDOW}", "--sample_every=5",
                           "--progress_every=50", f"--rss_tolerance_percent={RSS_TOLERANCE_PERCENT}",
-                          f"--output={tmp_path}", "--timeout_s=500"],
+                          f"--output={tmp_path}", "--timeout_s=500",
+                          # Tensor selection weighs measured codec times against the link: at 1 Gbit/s a
+                          # busy machine's slower codecs left DGC's larger tensors dense (365 of 1,204 kB
+                          # sent, where the check below wants under a quarter); at 0.1 Gbit/s they pay.
+                          "--bandwidth_gbps=0.1"],
                          cwd=ROOT, capture_output=True, text=True, timeout=1100)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert f"DGC step {STEPS}/{STEPS}" in out.stdout and f"PowerSGD step {STEPS}/{STEPS}" in out.stdout
