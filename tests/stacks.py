@@ -6,8 +6,6 @@ carries `stacks(...)` (a module's `pytestmark` or its own, the closest one count
 the running stack is not among them, the test is skipped with the marker's `why`. A test
 without the marker is a collection error, so no test is left off a stack by omission.
 """
-import os
-
 import pytest
 
 PINNED = "pinned"  # TensorFlow 2.15.1, its tf.keras Keras 2.15, Horovod 0.28.1
@@ -28,16 +26,14 @@ def in_use():
     return KERAS3 if keras.major >= 3 else PINNED
 
 
-def stacks(*names, why=None, also=()):
-    """The marker: the stacks a test applies to, and why not the others. also: stacks where it
-    passes too but `make test` does not run it, to keep CI within 30 minutes on 2 cores;
-    TFCOMP_TEST_ALSO=1 runs it there."""
+def stacks(*names, why=None):
+    """The marker: the stacks a test applies to, and why not the others."""
     unknown = set(names) - set(STACKS)
     if unknown or not names:
         raise ValueError(f"stacks({', '.join(names)}): each must be one of {', '.join(STACKS)}")
     if set(names) != set(STACKS) and not why:
         raise ValueError(f"stacks({', '.join(names)}) needs why= for the stacks it leaves out")
-    return pytest.mark.stacks(*names, why=why, also=tuple(also))
+    return pytest.mark.stacks(*names, why=why)
 
 
 #: A test of Keras-facing code: tf-keras on TensorFlow 2.21 is a Keras of its own.
@@ -50,10 +46,6 @@ NO_KERAS = stacks(PINNED, KERAS3, why="no Keras on its path: TensorFlow 2.21 run
 KERAS2_ON_PINNED = stacks(PINNED, KERAS3, why="tf-keras takes Keras 2's path, which the pinned stack runs; "
                           "on TensorFlow 2.21 tf-keras runs the tests of what that TensorFlow could change "
                           "(a bare name, dense against tf.distribute's own, BackupAndRestore, the tutorials)")
-#: Passes under Keras 3 as well, but CI runs it on the pinned stack alone.
-KERAS2_ON_PINNED_IN_CI = stacks(PINNED, why="tf-keras takes Keras 2's path, which the pinned stack runs; under Keras 3 "
-                                "it passes too, but CI leaves it to the pinned stack to stay within 30 minutes on 2 "
-                                "cores (TFCOMP_TEST_ALSO=1 runs it there)", also=(KERAS3,))
 HOROVOD = stacks(PINNED, why=HOROVOD_MISSING)
 #: Plain Python over the repository's files (docs, layout, imports): the same on every stack.
 TREE_ONLY = stacks(PINNED, why="plain Python over the repository's files, the same on every stack")
@@ -65,6 +57,6 @@ KERAS3_FIT_UNDER_TF_DISTRIBUTE = ("Keras 3's model.fit fails under tf.distribute
 def not_here(item, stack):
     """Why item does not run on stack, or None where it does."""
     marker = item.get_closest_marker("stacks")
-    if stack in marker.args or (stack in marker.kwargs.get("also", ()) and os.environ.get("TFCOMP_TEST_ALSO") == "1"):
+    if stack in marker.args:
         return None
     return f"not on the {stack} stack: {marker.kwargs['why']}"

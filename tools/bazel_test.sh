@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # `make bazel-test`: builds the op library and runs the C++ op tests with
 # Bazel 4 (Debian's bazel-bootstrap), offline. Everything Bazel writes stays
-# under build/bazel/. Extra arguments go to `bazel test`.
+# under build/bazel/. Extra arguments go to `bazel test`; --build-only (first)
+# builds the tests without running them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup_bazel.sh
 
 # The server exits after 10 idle minutes instead of Bazel's default 3 hours.
 bazel="bazel --output_user_root=$PWD/build/bazel/root --max_idle_secs=600"
+if [[ ${1:-} == --build-only ]]; then
+  shift
+  exec $bazel build //... "$@"
+fi
 rc=0
 $bazel test --test_output=errors //... "$@" || rc=$?
 

@@ -64,7 +64,7 @@ if [[ -e /dev/nvidia0 ]]; then
 else
   op_tests=(-n 2 tests/ops/test_library.py tests/ops/test_properties.py)
 fi
-TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q "${op_tests[@]}" \
+TFCOMP_OPS_LIBRARY=$LIB "$PYTHON" -m pytest -q -p no:cacheprovider "${op_tests[@]}" \
   || die "the op tests fail against $LIB"
 
 for test in "$OUT"/tests/*; do

@@ -8,9 +8,9 @@ import pytest
 import tfcomp
 from benchmarks.harness.convergence_tasks import TASKS, optimizer
 from tfcomp.testing.emulated_training import train
-from tests.stacks import KERAS2_ON_PINNED_IN_CI
+from tests.stacks import KERAS2_ON_PINNED
 
-pytestmark = KERAS2_ON_PINNED_IN_CI
+pytestmark = KERAS2_ON_PINNED
 
 TOLERANCE = 0.02  # final held-out accuracy, on 360 test images (one image is 0.003)
 ADAM_TOLERANCE = 0.01

@@ -15,9 +15,9 @@ from tfcomp.analysis.model.profile import Profile
 from tests.cluster import netns_cluster
 from tests.cluster.local_cluster import ROOT
 from tests.cluster.processes import running
-from tests.stacks import KERAS2_ON_PINNED_IN_CI
+from tests.stacks import KERAS2_ON_PINNED
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root"), KERAS2_ON_PINNED_IN_CI]
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root"), KERAS2_ON_PINNED]
 
 TINY = ["--models=digits_mlp", "--workers=2", "--engines=tf.distribute", "--steps=30", "--warmup=5",
         "--eval_every=10", "--timeline_steps=5", "--probe_max_bytes=4194304", "--timeout_s=240"]

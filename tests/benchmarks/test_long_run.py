@@ -7,7 +7,7 @@ import sys
 
 from benchmarks.long_run import report as long_run_report
 from tests.cluster.local_cluster import ROOT
-from tests.stacks import KERAS2_ON_PINNED_IN_CI, NO_KERAS
+from tests.stacks import KERAS2_ON_PINNED, NO_KERAS
 
 pytestmark = NO_KERAS
 
@@ -16,7 +16,7 @@ STEPS, WARMUP, WINDOW = 150, 50, 50
 RSS_TOLERANCE_PERCENT = 20
 
 
-@KERAS2_ON_PINNED_IN_CI
+@KERAS2_ON_PINNED
 def test_short_long_run_neither_retraces_nor_grows(tmp_path):
     # How this was seen to fail: `python -m benchmarks.long_run --compressors=DGC --steps=60 --warmup=20
     # --window=20 --sample_every=5 --retrace_every_step --collective_timeout_s=120` (the workers rebuild

@@ -4,9 +4,9 @@ benchmarks.harness.prediction.record_profile launches)."""
 from tfcomp.analysis.model.profile import Profile
 from tests.analysis.test_profile import _trace
 from tests.cluster.local_cluster import run_workers
-from tests.stacks import KERAS2_ON_PINNED_IN_CI
+from tests.stacks import KERAS2_ON_PINNED
 
-pytestmark = KERAS2_ON_PINNED_IN_CI
+pytestmark = KERAS2_ON_PINNED
 
 
 def test_the_link_is_probed_by_every_worker_running_the_command(tmp_path):

@@ -19,7 +19,7 @@ from tfcomp.keras.version import tensor_name
 from tfcomp.state.variables import CompressionState
 from tfcomp.testing.emulator import Emulator
 from tests.cluster.local_cluster import run_workers
-from tests.stacks import (EVERY_STACK, KERAS2_ON_PINNED, KERAS2_ON_PINNED_IN_CI, KERAS3_FIT_UNDER_TF_DISTRIBUTE, NO_KERAS,
+from tests.stacks import (EVERY_STACK, KERAS2_ON_PINNED, KERAS3_FIT_UNDER_TF_DISTRIBUTE, NO_KERAS,
                           PINNED, stacks)
 
 pytestmark = [pytest.mark.usefixtures("compress_from_the_first_step"), EVERY_STACK]  # what compression does, from step 0
@@ -319,9 +319,8 @@ def test_model_fit_on_two_workers_with_compression(tmp_path):
         assert sum(t["bytes"] for t in tensors) == 4 * (256 * 2048 + 2048 * 2048 + 2048 * 10 + 2048 + 2048 + 10)
 
 
-@pytest.mark.parametrize("bucket_bytes", [pytest.param(2**20, marks=KERAS2_ON_PINNED),
-                                          pytest.param(2**26, marks=KERAS2_ON_PINNED_IN_CI)],
-                         ids=["1MiB-buckets", "one-bucket"])
+@KERAS2_ON_PINNED
+@pytest.mark.parametrize("bucket_bytes", [2**20, 2**26], ids=["1MiB-buckets", "one-bucket"])
 def test_recorded_as_it_runs_a_compressed_collective_ends_before_backward_does(tmp_path, bucket_bytes):
     """The exchange's pipeline: the bucket of the last layers (its kernel compressed, gathered) is
     exchanged while backward computes the first layers' gradients. With every tensor in one
@@ -367,7 +366,7 @@ def test_model_fit_under_tf_distributes_own_strategy(tmp_path):
     assert {e["pid"] for e in merged["traceEvents"]} == {0, 1}
 
 
-@KERAS2_ON_PINNED_IN_CI
+@KERAS2_ON_PINNED
 def test_custom_loop_on_two_workers_through_warmup_and_alternating_phases(tmp_path):
     results = run_timeline_workers(tmp_path, compression="ACPSGD:rank=1:warmup_steps=0", loop="custom", warmup_steps=3, hidden=256,
                                    steps=8, start_step=1, num_steps=7)

@@ -14,10 +14,10 @@ import pytest
 from tests.cluster import faults, netns_cluster
 from tests.cluster.local_cluster import run_workers
 from tests.workers.workload import assert_identical_weights
-from tests.stacks import KERAS2_ON_PINNED_IN_CI
+from tests.stacks import KERAS2_ON_PINNED
 
 REASON = faults.root_only_reason()
-pytestmark = [pytest.mark.skipif(REASON is not None, reason=str(REASON)), KERAS2_ON_PINNED_IN_CI]
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=str(REASON)), KERAS2_ON_PINNED]
 
 STEPS = 48  # 6 epochs of 8 steps: BackupAndRestore backs up at each epoch's end
 FAULT_AT_STEP = 16

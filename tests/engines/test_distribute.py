@@ -21,9 +21,9 @@ from tests.cluster import processes
 from tests.cluster.local_cluster import ROOT, run_workers
 from tests.workers.workload import (MOMENTUM_RUN, assert_compressed_after_an_epoch, assert_identical_weights,
                                     assert_trains_like_dense_with_momentum)
-from tests.stacks import EVERY_STACK, KERAS2_ON_PINNED, KERAS2_ON_PINNED_IN_CI, KERAS3, NO_KERAS, PINNED, stacks
+from tests.stacks import EVERY_STACK, KERAS2_ON_PINNED, KERAS3, NO_KERAS, PINNED, stacks
 
-pytestmark = KERAS2_ON_PINNED_IN_CI
+pytestmark = KERAS2_ON_PINNED
 
 STEPS = 32
 UNDER_KERAS3 = keras_in_use.in_use().major >= 3  # the workers' tf.keras, as this process's (same environment)
@@ -74,11 +74,10 @@ def dense_with_momentum(tmp_path_factory):
     return train(tmp_path_factory.mktemp("dense_with_momentum"), compression="NoCompression", **MOMENTUM_RUN)
 
 
-# On TensorFlow 2.21 a sparsifier and a low-rank compressor, their dense epoch learned from
-# model.fit's dataset (EFSignSGD runs through model.fit in the tutorial test); under tf-keras
-# the sparsifier.
+# Under tf-keras (Keras 2's path on TensorFlow 2.21) one sparsifier, its dense epoch learned
+# from model.fit's dataset (EFSignSGD runs through model.fit in the tutorial test).
 @pytest.mark.parametrize("compression", ["FP16", "EFSignSGD", "TopK", "DGC", pytest.param("DRAGONN", marks=EVERY_STACK),
-                                         pytest.param("PowerSGD", marks=KERAS2_ON_PINNED), "ACPSGD"])
+                                         "PowerSGD", "ACPSGD"])
 def test_each_bare_name_trains_like_dense_under_sgd_with_momentum(tmp_path, dense_with_momentum, compression):
     """compression=tfcomp.X with no arguments under SGD(momentum=0.9), as users compile it (every
     compressor but RandomK and SignSGD, which need more: see settings_advice): a dense epoch
@@ -106,7 +105,6 @@ def test_keras3_gradient_accumulation_compresses_the_accumulated_gradient_once_p
     assert compressed[0]["losses"][-1] <= dense[0]["losses"][-1] * 1.25, (compressed[0]["losses"], dense[0]["losses"])
 
 
-@KERAS2_ON_PINNED
 def test_frozen_variance_adam_freezes_where_the_strategy_starts_compressing(tmp_path):
     results = train(tmp_path, compression="EFSignSGD", optimizer="frozen_adam", lr=0.01, warmup_steps=8)
     assert_identical_weights(results)
@@ -117,7 +115,6 @@ def test_frozen_variance_adam_freezes_where_the_strategy_starts_compressing(tmp_
     assert results[0]["losses"][-1] < 0.85 * results[0]["losses"][0], results[0]["losses"]
 
 
-@KERAS2_ON_PINNED
 def test_custom_training_loop_conserves_error_feedback_mass(tmp_path):
     results = train(tmp_path, compression="EFSignSGD", loop="custom", check_mass=True,
                     min_compress_elements=100, lr=0.2)
@@ -167,7 +164,6 @@ def test_the_engines_own_collectives_add_no_function_per_call():
     assert counts[1:] == counts[:1] * 3, counts
 
 
-@KERAS2_ON_PINNED
 def test_workers_disagreeing_on_the_compressor_fail_clearly(tmp_path):
     start = time.monotonic()
     codes, logs, _ = run_workers("tests.workers.mwms_worker", 2, ["--timeout=20"], tmp_path,
@@ -179,7 +175,6 @@ def test_workers_disagreeing_on_the_compressor_fail_clearly(tmp_path):
     assert time.monotonic() - start < 120
 
 
-@KERAS2_ON_PINNED
 def test_a_lost_worker_fails_the_step_instead_of_hanging(tmp_path):
     start = time.monotonic()
     codes, logs, _ = run_workers("tests.workers.mwms_worker", 2, ["--compression=EFSignSGD", "--timeout=10"], tmp_path,

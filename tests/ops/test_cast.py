@@ -4,9 +4,6 @@ The op runs on the CPU, where TensorFlow reads and divides with subnormals flush
 zero (FTZ/DAZ): the reference applies the same flush to what the kernel reads and to
 the division (float16 subnormals are normal floats and stay).
 """
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +13,7 @@ from hypothesis import strategies as st
 
 from tests.ops.test_properties import acc_dtype, arrays, as_read, assert_equal_or_both_nan, specials, to_dtype
 from tfcomp import ops
+from tests.ops import threaded
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -170,8 +168,6 @@ _CAST_WITH_THREADS = """
 import sys
 import numpy as np
 import tensorflow as tf
-tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
-tf.config.threading.set_inter_op_parallelism_threads(1)
 from tfcomp import ops
 cases = np.load(sys.argv[2])
 out = {}
@@ -198,8 +194,7 @@ def test_same_bits_on_any_thread_count(tmp_path):
     np.savez(tmp_path / "cases.npz", **data)
     for threads in (1, 2, 3):
         out = tmp_path / f"out{threads}.npz"
-        subprocess.run([sys.executable, "-c", _CAST_WITH_THREADS, str(threads), str(tmp_path / "cases.npz"),
-                        str(out)], check=True, cwd=pathlib.Path(__file__).resolve().parents[2])
+        threaded.run(tmp_path, _CAST_WITH_THREADS, threads, tmp_path / "cases.npz", out)
         got = np.load(out)
         for c, (src, dst, divisor) in enumerate(cases):
             actual = got[f"out{c}"].view(dst.as_numpy_dtype)

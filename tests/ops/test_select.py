@@ -1,8 +1,5 @@
 """select_largest (exact threshold/top-k selection, custom_ops/sparse/cc/kernels/select_core.h)
 against a NumPy reference: a sort of the qualifying elements by (float32(|x|), index)."""
-import pathlib
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -12,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tfcomp import ops
+from tests.ops import threaded
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -142,8 +140,6 @@ _SELECT_WITH_THREADS = """
 import sys
 import numpy as np
 import tensorflow as tf
-tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
-tf.config.threading.set_inter_op_parallelism_threads(1)
 from tfcomp import ops
 cases = np.load(sys.argv[2])
 out = {}
@@ -166,8 +162,7 @@ def test_select_largest_is_the_same_on_any_thread_count(tmp_path):
     np.savez(tmp_path / "cases.npz", **data)
     for threads in (1, 2, 3):
         out = tmp_path / f"out{threads}.npz"
-        subprocess.run([sys.executable, "-c", _SELECT_WITH_THREADS, str(threads), str(tmp_path / "cases.npz"),
-                        str(out)], check=True, cwd=pathlib.Path(__file__).resolve().parents[2])
+        threaded.run(tmp_path, _SELECT_WITH_THREADS, threads, tmp_path / "cases.npz", out)
         got = np.load(out)
         for c, (_, _, capacity, threshold, _) in enumerate(cases):
             expected_values, expected_indices = reference(data[f"x{c}"], threshold, capacity)

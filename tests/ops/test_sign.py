@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from tfcomp import ops
+from tests.ops import threaded
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -333,13 +334,10 @@ def test_scaled_sum_is_the_mean_of_the_unpacked_workers():
     np.testing.assert_allclose(ops.sign_scaled_sum(words, scales, 200).numpy(), unpacked.sum(axis=0), rtol=1e-6)
 
 
-def test_fused_ops_are_deterministic_across_thread_counts():
+def test_fused_ops_are_deterministic_across_thread_counts(tmp_path):
     """Fixed blocks and worker order: the same bits for 1 and several intra-op threads."""
-    import subprocess
-    import sys
     script = """
-import hashlib, sys, numpy as np, tensorflow as tf
-tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+import hashlib, numpy as np, tensorflow as tf
 from tfcomp import ops
 rng = np.random.default_rng(3)
 g, e = (rng.standard_normal((1 << 20) + 77).astype(np.float32) for _ in range(2))
@@ -349,8 +347,7 @@ out = ops.sign_scaled_sum(all_words, tf.stack([scale, scale * 2, scale / 3]), g.
 votes = ops.sign_majority(all_words, g.size)
 print(hashlib.sha256(b"".join(t.numpy().tobytes() for t in (words, scale, residual, out, votes))).hexdigest())
 """
-    digests = {subprocess.run([sys.executable, "-c", script, str(threads)], check=True, capture_output=True,
-                              text=True).stdout.strip().splitlines()[-1] for threads in (1, 2, 4)}
+    digests = {threaded.run(tmp_path, script, threads).strip().splitlines()[-1] for threads in (1, 2, 4)}
     assert len(digests) == 1, digests
 
 

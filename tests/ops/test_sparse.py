@@ -1,7 +1,4 @@
 """The sparse ops (DRAGONN's hashed selection, batched sparse decode) against NumPy references."""
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -9,6 +6,7 @@ import tensorflow as tf
 
 from tests.ops import sparse_reference as ref
 from tfcomp import ops
+from tests.ops import threaded
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -142,8 +140,6 @@ _SELECT_WITH_THREADS = """
 import sys
 import numpy as np
 import tensorflow as tf
-tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
-tf.config.threading.set_inter_op_parallelism_threads(1)
 from tfcomp import ops
 cases = np.load(sys.argv[2])
 out = {}
@@ -196,8 +192,7 @@ def test_hash_select_with_large_capacity_matches_reference_on_any_thread_count(t
     assert len(expected[0][2]) == 300007 and len(expected[5][2]) == 200003, "everything selected"
     for threads in (1, 2, 3):
         out = tmp_path / f"out{threads}.npz"
-        subprocess.run([sys.executable, "-c", _SELECT_WITH_THREADS, str(threads), str(tmp_path / "cases.npz"),
-                        str(out)], check=True, cwd=pathlib.Path(__file__).resolve().parents[2])
+        threaded.run(tmp_path, _SELECT_WITH_THREADS, threads, tmp_path / "cases.npz", out)
         got = np.load(out)
         for c, (expected_values, expected_indices, _) in enumerate(expected):
             what = f"{threads} thread(s), case {cases[c]}"
@@ -321,8 +316,6 @@ _DECODE_WITH_THREADS = """
 import sys
 import numpy as np
 import tensorflow as tf
-tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
-tf.config.threading.set_inter_op_parallelism_threads(1)
 from tfcomp import ops
 cases = np.load(sys.argv[2])
 out = {}
@@ -381,8 +374,7 @@ def test_sparse_decode_and_scale_at_on_large_lists_match_reference_on_any_thread
     np.savez(tmp_path / "cases.npz", **data)
     for threads in (1, 2, 3):
         out = tmp_path / f"out{threads}.npz"
-        subprocess.run([sys.executable, "-c", _DECODE_WITH_THREADS, str(threads), str(tmp_path / "cases.npz"),
-                        str(out)], check=True, cwd=pathlib.Path(__file__).resolve().parents[2])
+        threaded.run(tmp_path, _DECODE_WITH_THREADS, threads, tmp_path / "cases.npz", out)
         got = np.load(out)
         for c, want in enumerate(expected):
             for name, w in zip(("sum", "mean", "cleared", "halved"), want):
