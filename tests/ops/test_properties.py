@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.ops import sparse_reference as sparse_ref
+from tests.ops.test_lowrank import product_reference as lowrank_product_reference
 from tests.ops.test_lowrank import reference as lowrank_reference
 from tests.ops.test_sign import pack_bits, reference_majority, reference_pack, unpack_bits
 from tfcomp import ops
@@ -422,34 +423,40 @@ def lowrank_values(dtype):
                          -float(f.tiny), 1.0, -16.0]))
 
 
-@given(st.data())
-def test_lowrank_residual(data):
-    dtype = data.draw(dtypes, "dtype")
-    n = data.draw(st.integers(0, 13), "n")
-    k = data.draw(st.integers(0, 40), "k")
-    r = data.draw(st.integers(0, 6), "r")
-    m, p, q = (data.draw(arrays(dtype, shape=shape, values=lowrank_values(dtype), bound=16), name)
-               for shape, name in (((n, k), "m"), ((n, r), "p"), ((k, r), "q")))
-    out = ops.lowrank_residual(m, p, q)
-    assert out.dtype == dtype and out.shape == (n, k)
+def assert_lowrank_arithmetic(out, exact, magnitude, dtype, steps):
+    """out against the float64 result of the inputs as the kernel reads them (a subnormal
+    operand is 0: Inf x a subnormal is NaN): NaN and +-Inf exactly where the arithmetic puts
+    them (the finite values cannot overflow), the rest within `steps` roundings in the
+    accumulator type, one to dtype, and the flush of a subnormal step result (each less than
+    the smallest normal)."""
     got = out.numpy().astype(np.float64)
-    # m - p q^T of the inputs as the kernel reads them (a subnormal operand is 0: Inf x
-    # a subnormal is NaN), in float64.
-    with np.errstate(invalid="ignore", over="ignore"):
-        exact, magnitude = lowrank_reference(as_read(m), as_read(p), as_read(q))
-    # NaN and +-Inf exactly where the arithmetic puts them (the finite values cannot overflow).
     np.testing.assert_array_equal(np.isnan(got), np.isnan(exact))
     np.testing.assert_array_equal(np.isposinf(got), np.isposinf(exact))
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(exact))
     finite = np.isfinite(exact)
-    # r + 1 roundings in the accumulator type, one to dtype, and the flush of a
-    # subnormal step result (each less than the smallest normal).
     acc = np.finfo(acc_dtype(dtype))
     to_t = 0.0 if acc_dtype(dtype) == np_dtype(dtype) else float(finfo(dtype).eps)
-    bound = ((r + 1) * float(acc.eps) * magnitude[finite] + to_t * np.abs(exact[finite])
-             + (r + 1) * float(acc.tiny) + float(finfo(dtype).smallest_subnormal))
-    error = np.abs(got[finite] - exact[finite])
-    assert np.all(error <= bound), (got[finite], exact[finite])
+    bound = (steps * float(acc.eps) * magnitude[finite] + to_t * np.abs(exact[finite])
+             + steps * float(acc.tiny) + float(finfo(dtype).smallest_subnormal))
+    assert np.all(np.abs(got[finite] - exact[finite]) <= bound), (got[finite], exact[finite])
+    return got
+
+
+def draw_lowrank_shape(data):
+    return data.draw(dtypes, "dtype"), data.draw(st.integers(0, 13), "n"), data.draw(st.integers(0, 40), "k"), \
+        data.draw(st.integers(0, 6), "r")
+
+
+@given(st.data())
+def test_lowrank_residual(data):
+    dtype, n, k, r = draw_lowrank_shape(data)
+    m, p, q = (data.draw(arrays(dtype, shape=shape, values=lowrank_values(dtype), bound=16), name)
+               for shape, name in (((n, k), "m"), ((n, r), "p"), ((k, r), "q")))
+    out = ops.lowrank_residual(m, p, q)
+    assert out.dtype == dtype and out.shape == (n, k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact, magnitude = lowrank_reference(as_read(m), as_read(p), as_read(q))
+    assert_lowrank_arithmetic(out, exact, magnitude, dtype, steps=r + 1)
 
 
 @given(st.data())
@@ -459,6 +466,20 @@ def test_lowrank_residual_of_rank_zero_is_m(data):
     out = ops.lowrank_residual(m, np.zeros((m.shape[0], 0), m.dtype), np.zeros((m.shape[1], 0), m.dtype))
     # No arithmetic: m's bits come back (a subnormal is rounded through the accumulator).
     assert_equal_or_both_nan(out.numpy(), m.astype(acc_dtype(dtype)).astype(m.dtype))
+
+
+@given(st.data())
+def test_lowrank_product(data):
+    dtype, n, k, r = draw_lowrank_shape(data)
+    p, q = (data.draw(arrays(dtype, shape=shape, values=lowrank_values(dtype), bound=16), name)
+            for shape, name in (((n, r), "p"), ((k, r), "q")))
+    out = ops.lowrank_product(p, q)
+    assert out.dtype == dtype and out.shape == (n, k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact, magnitude = lowrank_product_reference(as_read(p), as_read(q))
+    got = assert_lowrank_arithmetic(out, exact, magnitude, dtype, steps=r)
+    if r == 0:  # no arithmetic: +0 everywhere
+        assert not np.signbit(got).any() and not got.any()
 
 
 # --- malformed inputs ------------------------------------------------------------------------
@@ -610,6 +631,14 @@ EAGER_CASES = [
     ("lowrank_residual", lambda: ops.lowrank_residual(*(np.zeros(s, np.int32) for s in ((2, 2), (2, 1), (2, 1)))), FLOATS),
     ("lowrank_residual", lambda: L().tfcomp_low_rank_residual(tf.zeros([2, 2]), tf.zeros([2, 1], tf.float64), tf.zeros([2, 1])),
      "expected to be a float tensor but is a double"),
+    ("lowrank_product", lambda: ops.lowrank_product(f32(6), f32(1, 2)), r"p must be a matrix \[n, r\] \(rank 2\), got shape \[6\]"),
+    ("lowrank_product", lambda: ops.lowrank_product(f32(2, 2), f32()), r"q must be a matrix \[k, r\] \(rank 2\), got shape \[\]"),
+    ("lowrank_product", lambda: ops.lowrank_product(f32(4, 2), f32(3, 1)),
+     r"p and q must have the same number of columns \(the rank r\): p is \[4,2\] but q is \[3,1\]"),
+    ("lowrank_product", lambda: ops.lowrank_product(f32(2, 1), np.zeros((2, 1))), "one dtype, got float32 and float64"),
+    ("lowrank_product", lambda: ops.lowrank_product(np.zeros((2, 1), np.int32), np.zeros((2, 1), np.int32)), FLOATS),
+    ("lowrank_product", lambda: L().tfcomp_low_rank_product(tf.zeros([2, 1]), tf.zeros([2, 1], tf.float64)),
+     "expected to be a float tensor but is a double"),
 ]
 
 
@@ -646,6 +675,7 @@ _sparse_decode32 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f
 _sparse_decode64 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f32", "i64", "i64")
 _scale_at32 = unknown_shapes(lambda x, i, f: ops.scale_at(x, i, f), "f32", "i32", "f32")
 _lowrank_residual = unknown_shapes(lambda m, p, q: ops.lowrank_residual(m, p, q), "f32", "f32", "f32")
+_lowrank_product = unknown_shapes(lambda p, q: ops.lowrank_product(p, q), "f32", "f32")
 one, n64 = np.float32(1), np.int64
 
 # The same kinds of mistakes inside a graph with unknown shapes: the kernels' own checks.
@@ -690,6 +720,9 @@ GRAPH_CASES = [
     ("lowrank_residual", lambda: _lowrank_residual(f32(4, 3), f32(5, 2), f32(3, 2)), "p must have one row per row of m"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(4, 3), f32(4, 2), f32(2, 2)), "q must have one row per column of m"),
     ("lowrank_residual", lambda: _lowrank_residual(f32(4, 3), f32(4, 2), f32(3, 1)), "the same number of columns"),
+    ("lowrank_product", lambda: _lowrank_product(f32(6), f32(1, 2)), r"p must be a matrix \[n, r\]"),
+    ("lowrank_product", lambda: _lowrank_product(f32(2, 2), f32(3, 2, 1)), r"q must be a matrix \[k, r\]"),
+    ("lowrank_product", lambda: _lowrank_product(f32(4, 2), f32(3, 1)), "the same number of columns"),
 ]
 
 
@@ -723,6 +756,7 @@ STATIC_CASES = [
      "values and indices must be vectors of one length"),
     ("sparse_decode", ops.sparse_decode, (spec(3, 1), spec(3, dtype=tf.int32), spec(dtype=tf.int64)), "rank 1"),
     ("lowrank_residual", ops.lowrank_residual, (spec(4, 3), spec(5, 2), spec(3, 2)), "p must have one row per row of m"),
+    ("lowrank_product", ops.lowrank_product, (spec(4, 2), spec(3, 1)), "the same number of columns"),
 ]
 
 
@@ -743,7 +777,8 @@ def test_every_op_is_covered():
     """A new op in ops.py needs its properties and malformed inputs here (select_largest's
     and cast_divide's properties are in test_select.py and test_cast.py)."""
     names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold",
-             "hash_select", "select_largest", "sparse_decode", "scale_at", "cast_divide", "lowrank_residual"}
+             "hash_select", "select_largest", "sparse_decode", "scale_at", "cast_divide", "lowrank_residual",
+             "lowrank_product"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
     library_ops = {name for name in dir(L()) if name.startswith("tfcomp_") and not name.endswith("_eager_fallback")}

@@ -17,7 +17,8 @@ Same-shape tensors are compressed together, stacked, with batched matmuls
 and QR (batch_tensors_with_same_shape). Random starting factors are N(0, 1)
 from a seed of the tensor name and step, so every worker draws the same. The error update E = M - P Q^T is the fused
 op ops.lowrank_residual (one pass over M; 2.3x faster than the TF ops at
-4096^2, rank 4: benchmarks/results/lowrank_residual_bench.md).
+4096^2, rank 4: benchmarks/results/lowrank_residual_bench.md), and the estimate
+P Q^T that decompression hands on is ops.lowrank_product (written once).
 
 Momentum: the optimizer's, after decompression (momentum=None, as in PowerSGD's
 paper). momentum="auto" takes it over as EFSignSGD and the sparsifiers do
@@ -64,8 +65,11 @@ def orthonormalize(x, epsilon=0.0):
 
 
 def _estimate(p, q):
-    """P Q^T, written once. The mean over workers is taken on the thin factor, before
-    the product: dividing the n x m product would be another pass over the gradient."""
+    """P Q^T, written once (ops.lowrank_product; a batched matmul for stacked tensors).
+    The mean over workers is taken on the thin factor, before the product: dividing the
+    n x m product would be another pass over the gradient."""
+    if p.shape.rank == 2:
+        return ops.lowrank_product(p, q)
     return tf.matmul(p, q, transpose_b=True)
 
 

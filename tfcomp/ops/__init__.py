@@ -9,6 +9,9 @@ slower code behind the user's back.
 Cast and divide in one pass (FP16, the dense mean): see cast_divide, and
 custom_ops/cast/cc/kernels/cast_core.h.
 
+The low-rank compressors' error feedback and estimate (PowerSGD, ACP-SGD): see
+lowrank_residual and lowrank_product, and custom_ops/lowrank/cc/kernels/lowrank_core.h.
+
 Hashed selection and sparse decoding (DRAGONN): see hash_select and
 sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h; scale_at is
 error feedback's update of the residual and the velocity at the sent indices.
@@ -39,23 +42,23 @@ dtype silently (int64 indices would wrap to int32). The GPU sparse_decode and
 scale_at skip out-of-range indices instead of checking them (they stay in device memory).
 
 TensorFlow runs CPU kernels with subnormals flushed to zero (FTZ/DAZ): there the
-sparse ops and lowrank_residual compare and add a subnormal input as +-0; CUDA
+sparse ops, lowrank_residual and lowrank_product compare and add a subnormal input as +-0; CUDA
 does not flush. Only sign_pack's sign bits read the bit pattern.
 """
 import tensorflow as tf
 
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.cast import cast_divide
-from tfcomp.ops.lowrank import lowrank_residual
+from tfcomp.ops.lowrank import lowrank_product, lowrank_residual
 from tfcomp.ops.sign import sign_ef_pack, sign_majority, sign_pack, sign_scaled_sum, sign_unpack
 from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, scale_at, select_largest, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
-           "cast_divide", "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack", "sign_scaled_sum",
-           "sign_unpack", "hash_select", "index_dtype", "sampled_threshold", "scale_at", "select_largest",
+           "cast_divide", "lowrank_product", "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack",
+           "sign_scaled_sum", "sign_unpack", "hash_select", "index_dtype", "sampled_threshold", "scale_at", "select_largest",
            "sparse_decode"]
 
 for _op in ("TfcompCastDivide", "TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSignMajority",
             "TfcompSignScaledSum", "TfcompHashSelect", "TfcompSampledThreshold", "TfcompSparseDecode",
-            "TfcompLowRankResidual", "TfcompSelectLargest", "TfcompScaleAt"):
+            "TfcompLowRankResidual", "TfcompLowRankProduct", "TfcompSelectLargest", "TfcompScaleAt"):
     tf.no_gradient(_op)

@@ -3,7 +3,8 @@
 // the CPU reference lowrank_core.h's ResidualElement, bit for bit (NaN
 // payloads aside), over ragged shapes (partial tiles, r = 0, r across several
 // rank chunks), with NaN and Inf, in place (out = m), and with more row tiles
-// than the grid has rows (the grid-stride loop).
+// than the grid has rows (the grid-stride loop); and the product kernel against
+// ProductElement the same way.
 // Exit status: 0 pass, 1 failure, 77 no CUDA device (skip).
 #include <cmath>
 #include <cstdint>
@@ -65,6 +66,36 @@ void Check(int64_t n, int64_t k, int64_t r, bool specials, bool in_place) {
 }
 
 template <typename T>
+void CheckProduct(int64_t n, int64_t k, int64_t r, bool specials) {
+  std::vector<T> p = RandomValues<T>(n * r), q = RandomValues<T>(k * r);
+  if (specials && n * k > 2 && r > 0) {
+    p[(n - 1) * r] = FromDouble<T>(std::nan(""));                               // a row of NaNs
+    q[(k / 2) * r + r - 1] = FromDouble<T>(std::numeric_limits<double>::infinity());  // +-Inf
+  }
+  DeviceArray<T> d_p(p), d_q(q), d_out(n * k);
+  CHECK_CUDA(cu::LaunchLowRankProduct(d_p.ptr, d_q.ptr, n, k, r, d_out.ptr, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const std::vector<T> got = d_out.Download(n * k);
+  int reported = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      const T want = lr::ProductElement(p.data(), q.data(), i, c, k, r);
+      const T g = got[i * k + c];
+      const bool ok = SameBits(g, want) || (std::isnan(ToDouble(g)) && std::isnan(ToDouble(want)));
+      if (!ok) {
+        ++g_failures;
+        if (reported++ < 3) {
+          std::printf("FAIL %s product %lldx%lld r=%lld at (%lld, %lld): gpu %.17g, reference %.17g\n",
+                      TypeName<T>(), static_cast<long long>(n), static_cast<long long>(k),
+                      static_cast<long long>(r), static_cast<long long>(i), static_cast<long long>(c),
+                      ToDouble(g), ToDouble(want));
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
 void CheckType() {
   const int64_t shapes[][2] = {{1, 1}, {7, 5}, {31, 33}, {32, 32}, {33, 31}, {65, 130}, {300, 17},
                                {256, 256}, {1000, 3}};
@@ -73,13 +104,16 @@ void CheckType() {
       Check<T>(shape[0], shape[1], r, false, false);
       Check<T>(shape[0], shape[1], r, true, false);
       Check<T>(shape[0], shape[1], r, false, true);
+      CheckProduct<T>(shape[0], shape[1], r, false);
+      CheckProduct<T>(shape[0], shape[1], r, true);
     }
   }
   Check<T>(0, 5, 3, false, false);
   Check<T>(5, 0, 3, false, false);
   // More row tiles (65540) than a grid's 65535 rows: the grid-stride loop.
   Check<T>(cu::kMaxGridRows * cu::kTileRows + 100, 1, 2, false, false);
-  std::printf("%-6s low-rank residual: %s\n", TypeName<T>(), g_failures ? "FAILED" : "ok");
+  CheckProduct<T>(cu::kMaxGridRows * cu::kTileRows + 100, 1, 2, false);
+  std::printf("%-6s low-rank residual and product: %s\n", TypeName<T>(), g_failures ? "FAILED" : "ok");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Per-element logic of the low-rank residual op, shared by the CPU kernels,
-// the CUDA kernels and the standalone CUDA test. No TensorFlow here.
+// Per-element logic of the low-rank residual and product ops, shared by the
+// CPU kernels, the CUDA kernels and the standalone CUDA test. No TensorFlow here.
 //
 // The op is the error-feedback update of low-rank gradient compression
 // (PowerSGD, ACP-SGD): given the compensated gradient m[n, k] and its rank-r
@@ -19,6 +19,15 @@
 // NaN and Inf propagate as in the arithmetic: a NaN in m[i, c] gives a NaN
 // there, a NaN in p[i, :] a row of NaNs, an Inf in q[c, :] a column of +-Inf
 // (NaN where it meets p = 0 or an opposite Inf).
+//
+// The product op is the decode of the same compressors: the estimate
+//
+//   product[i, c] = sum_j p[i, j] * q[c, j],
+//
+// written once. Its accumulator starts at +0 and takes acc = fma(p[i, j],
+// q[c, j], acc) for j = 0, 1, ..., r - 1, which is ResidualStep(acc, -p, q): the
+// product is the residual of a zero m with p negated, and the kernels compute it
+// that way, without reading an m.
 #ifndef TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CORE_H_
 #define TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CORE_H_
 
@@ -65,6 +74,19 @@ TFCOMP_HOST_DEVICE inline T ResidualElement(const T* m, const T* p, const T* q, 
   Acc acc = static_cast<Acc>(m[i * k + c]);
   for (int64_t j = 0; j < r; ++j) {
     acc = ResidualStep(acc, static_cast<Acc>(p[i * r + j]), static_cast<Acc>(q[c * r + j]));
+  }
+  return static_cast<T>(acc);
+}
+
+// Element (i, c) of p q^T for row-major p[n, r], q[k, r], as the product op
+// computes it (see above).
+template <typename T>
+TFCOMP_HOST_DEVICE inline T ProductElement(const T* p, const T* q, int64_t i, int64_t c, int64_t k,
+                                           int64_t r) {
+  using Acc = typename Accumulator<T>::type;
+  Acc acc = Acc(0);
+  for (int64_t j = 0; j < r; ++j) {
+    acc = ResidualStep(acc, -static_cast<Acc>(p[i * r + j]), static_cast<Acc>(q[c * r + j]));
   }
   return static_cast<T>(acc);
 }

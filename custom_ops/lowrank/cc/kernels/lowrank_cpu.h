@@ -1,4 +1,4 @@
-// The CPU loops of the low-rank residual op, on plain pointers: no TensorFlow
+// The CPU loops of the low-rank residual and product ops, on plain pointers: no TensorFlow
 // (lowrank_kernels.cc shards them over the op's threads; the core test runs
 // every instruction-set path against lowrank_core.h's reference).
 //
@@ -75,14 +75,14 @@ void PackQ(const T* q, int64_t k, int64_t r, int64_t width, int64_t panel_begin,
 }
 
 // out[rows, k] = m[rows, k] - p[rows, r] q^T, row-major, q packed with panels
-// of `width` columns. Any instruction set; out may be m.
+// of `width` columns; zero: 0 - p q^T, m not read. Any instruction set; out may be m.
 template <typename Acc>
 void ResidualRowsGeneric(const Acc* m, const Acc* p, const Acc* packed, Acc* out, int64_t rows,
-                         int64_t k, int64_t r, int64_t width) {
+                         int64_t k, int64_t r, int64_t width, bool zero) {
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t c = 0; c < k; ++c) {
       const Acc* qc = packed + (c / width) * r * width + c % width;
-      Acc acc = m[i * k + c];
+      Acc acc = zero ? Acc(0) : m[i * k + c];
       for (int64_t j = 0; j < r; ++j) acc = ResidualStep(acc, p[i * r + j], qc[j * width]);
       out[i * k + c] = acc;
     }
@@ -206,23 +206,24 @@ constexpr int64_t kStreamingBytes = int64_t{8} << 20;
 // out[rows, k] = m[rows, k] - p[rows, r] q^T with the loop of `isa` (which the
 // CPU must run, see IsaSupported); q packed by PackQ with PanelWidth<Acc>(isa).
 // Row-major, leading dimensions k and r; out may be m. stream: non-temporal
-// stores (see kStreamingBytes), where out's rows are 64-byte aligned.
+// stores (see kStreamingBytes), where out's rows are 64-byte aligned. zero:
+// 0 - p q^T, m not read (the product op passes -p).
 template <typename Acc>
 void ResidualRows(Isa isa, const Acc* m, const Acc* p, const Acc* packed, Acc* out, int64_t rows,
-                  int64_t k, int64_t r, bool stream = false) {
+                  int64_t k, int64_t r, bool stream = false, bool zero = false) {
 #if TFCOMP_X86
   if (isa == Isa::kAvx512) {
-    avx512::ResidualRows<typename IsaOps<Acc>::Avx512>(m, p, packed, out, rows, k, r, stream);
+    avx512::ResidualRows<typename IsaOps<Acc>::Avx512>(m, p, packed, out, rows, k, r, stream, zero);
     return;
   }
   if (isa == Isa::kAvx2) {
-    avx2::ResidualRows<typename IsaOps<Acc>::Avx2>(m, p, packed, out, rows, k, r, stream);
+    avx2::ResidualRows<typename IsaOps<Acc>::Avx2>(m, p, packed, out, rows, k, r, stream, zero);
     return;
   }
 #else
   (void)stream;
 #endif
-  ResidualRowsGeneric(m, p, packed, out, rows, k, r, PanelWidth<Acc>(Isa::kGeneric));
+  ResidualRowsGeneric(m, p, packed, out, rows, k, r, PanelWidth<Acc>(Isa::kGeneric), zero);
 }
 
 }  // namespace cpu

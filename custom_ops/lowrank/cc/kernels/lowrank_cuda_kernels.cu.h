@@ -1,4 +1,4 @@
-// CUDA kernel of the low-rank residual op and its launcher, on plain pointers
+// CUDA kernel of the low-rank residual and product ops and their launchers, on plain pointers
 // and a stream: no TensorFlow, no Eigen. Included by lowrank_kernels.cu.cc (T =
 // Eigen::half, Eigen::bfloat16, float, double) and by the standalone test
 // cuda_test/lowrank_core_test.cu (T = __half, float, double). Every element is
@@ -24,7 +24,8 @@ namespace cuda {
 // (tile columns) is staged in shared memory, so each value of q read from
 // global memory serves kTileRows elements and each value of p kTileCols.
 // Consecutive threads take consecutive columns: m and the residual move in
-// coalesced rows.
+// coalesced rows. product: the residual of a zero m with -p (p q^T; m, which
+// may be null, is not read).
 constexpr int kTileCols = 32;
 constexpr int kBlockRows = 8;
 constexpr int kTileRows = 64;
@@ -39,7 +40,8 @@ template <typename T>
 __global__ void __launch_bounds__(kTileCols* kBlockRows)
     LowRankResidualKernel(const T* m, const T* __restrict__ p,
                           const T* __restrict__ q, int64_t n, int64_t k, int64_t r,
-                          T* out) {  // out may be m: each element is read before it is written
+                          T* out,  // may be m: each element is read before it is written
+                          bool product) {
   __shared__ Acc<T> q_tile[kRankChunk][kTileCols + 1];  // [j][col], padded against bank conflicts
   __shared__ Acc<T> p_tile[kTileRows][kRankChunk + 1];  // [row][j]
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -52,7 +54,7 @@ __global__ void __launch_bounds__(kTileCols* kBlockRows)
 #pragma unroll
     for (int u = 0; u < kRowsPerThread; ++u) {
       const int64_t i = row0 + ty + u * kBlockRows;
-      acc[u] = i < n && c < k ? static_cast<Acc<T>>(m[i * k + c]) : Acc<T>(0);
+      acc[u] = i < n && c < k && !product ? static_cast<Acc<T>>(m[i * k + c]) : Acc<T>(0);
     }
     for (int64_t j0 = 0; j0 < r; j0 += kRankChunk) {
       // Only the chunk's own columns are staged: at rank 1, 1/32 of a full chunk.
@@ -67,7 +69,8 @@ __global__ void __launch_bounds__(kTileCols* kBlockRows)
       for (int e = thread; e < chunk * kTileRows; e += kTileCols * kBlockRows) {
         const int jj = e % chunk, rr = e / chunk;
         const int64_t row = row0 + rr;
-        p_tile[rr][jj] = row < n ? static_cast<Acc<T>>(p[row * r + j0 + jj]) : Acc<T>(0);
+        const Acc<T> value = row < n ? static_cast<Acc<T>>(p[row * r + j0 + jj]) : Acc<T>(0);
+        p_tile[rr][jj] = product ? -value : value;
       }
       __syncthreads();
       for (int jj = 0; jj < chunk; ++jj) {
@@ -87,20 +90,33 @@ __global__ void __launch_bounds__(kTileCols* kBlockRows)
   }
 }
 
-// out[n, k] = m[n, k] - p[n, r] q[k, r]^T on the stream; out may be m.
-// Returns the launch error.
 template <typename T>
-cudaError_t LaunchLowRankResidual(const T* m, const T* p, const T* q, int64_t n, int64_t k,
-                                  int64_t r, T* out, cudaStream_t stream) {
+cudaError_t LaunchLowRank(const T* m, const T* p, const T* q, int64_t n, int64_t k, int64_t r,
+                          T* out, bool product, cudaStream_t stream) {
   if (n > 0 && k > 0) {
     const int64_t col_tiles = (k + kTileCols - 1) / kTileCols;
     const int64_t row_tiles = (n + kTileRows - 1) / kTileRows;
     const dim3 grid(static_cast<unsigned int>(col_tiles),
                     static_cast<unsigned int>(row_tiles < kMaxGridRows ? row_tiles : kMaxGridRows));
     LowRankResidualKernel<T><<<grid, dim3(kTileCols, kBlockRows), 0, stream>>>(m, p, q, n, k, r,
-                                                                               out);
+                                                                               out, product);
   }
   return cudaGetLastError();
+}
+
+// out[n, k] = m[n, k] - p[n, r] q[k, r]^T on the stream; out may be m.
+// Returns the launch error.
+template <typename T>
+cudaError_t LaunchLowRankResidual(const T* m, const T* p, const T* q, int64_t n, int64_t k,
+                                  int64_t r, T* out, cudaStream_t stream) {
+  return LaunchLowRank(m, p, q, n, k, r, out, /*product=*/false, stream);
+}
+
+// out[n, k] = p[n, r] q[k, r]^T on the stream (ProductElement). Returns the launch error.
+template <typename T>
+cudaError_t LaunchLowRankProduct(const T* p, const T* q, int64_t n, int64_t k, int64_t r, T* out,
+                                 cudaStream_t stream) {
+  return LaunchLowRank<T>(nullptr, p, q, n, k, r, out, /*product=*/true, stream);
 }
 
 }  // namespace cuda

@@ -1,4 +1,4 @@
-// Low-rank residual op kernel: argument checks, the CPU functor, and the
+// Low-rank residual and product op kernels: argument checks, the CPU functor, and the
 // registrations for CPU (always) and GPU (when built with GOOGLE_CUDA).
 #define EIGEN_USE_THREADS
 #include "lowrank_kernels.h"
@@ -16,58 +16,114 @@ namespace tfcomp {
 
 namespace functor {
 
+namespace {
+
+// out[n, k] = m - p q^T; product: p q^T, the residual of a zero m with -p (m is
+// not read and may be out).
+template <typename T>
+void LowRankRowsCpu(OpKernelContext* ctx, const T* m, const T* p, const T* q, int64_t n, int64_t k,
+                    int64_t r, T* out, bool product) {
+  using Acc = typename Accumulator<T>::type;
+  namespace cpu = lowrank::cpu;
+  const cpu::Isa isa = cpu::BestIsa();
+  const int64_t width = cpu::PanelWidth<Acc>(isa);
+  const int64_t panels = cpu::NumPanels(k, width);
+
+  // q packed into panels (and converted to Acc) once; r * k elements, small next to m.
+  Tensor packed_tensor;
+  OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<Acc>::value,
+                                         TensorShape({cpu::PackedSize(k, r, width)}),
+                                         &packed_tensor));
+  Acc* packed = packed_tensor.flat<Acc>().data();
+  ShardCpu(ctx, panels, 2 * width * r + 1, [&](int64_t begin, int64_t end) {
+    cpu::PackQ(q, k, r, width, begin, end, packed);
+  });
+
+  // Blocks of kRowBlock rows; an element costs about a load, a store and
+  // r / 8 vector FMAs.
+  const int64_t blocks = (n + cpu::kRowBlock - 1) / cpu::kRowBlock;
+  const int64_t cost = cpu::kRowBlock * k * (4 + r / 2);
+  if constexpr (std::is_same_v<T, Acc>) {
+    const T* factor = p;
+    Tensor negated;
+    if (product) {  // -p: n * r elements, small next to the output
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<T>::value,
+                                             TensorShape({n * r}), &negated));
+      T* minus_p = negated.flat<T>().data();
+      for (int64_t e = 0; e < n * r; ++e) minus_p[e] = -p[e];
+      factor = minus_p;
+      m = out;
+    }
+    // A large result in a buffer of its own goes straight to memory (non-temporal
+    // stores); in m's buffer its lines are in cache already, having just been read.
+    const bool stream = out != m || product;
+    const bool large = n * k * static_cast<int64_t>(sizeof(T)) >= cpu::kStreamingBytes;
+    ShardCpu(ctx, blocks, cost, [&](int64_t begin, int64_t end) {
+      const int64_t first = begin * cpu::kRowBlock;
+      const int64_t last = std::min(n, end * cpu::kRowBlock);
+      cpu::ResidualRows(isa, m + first * k, factor + first * r, packed, out + first * k, last - first,
+                        k, r, stream && large, product);
+    });
+  } else {
+    // float16 / bfloat16: each block's rows of m and p in float, updated in place.
+    ShardCpu(ctx, blocks, cost, [&](int64_t begin, int64_t end) {
+      std::vector<Acc> rows(cpu::kRowBlock * k), p_rows(cpu::kRowBlock * r);
+      for (int64_t block = begin; block < end; ++block) {
+        const int64_t first = block * cpu::kRowBlock;
+        const int64_t count = std::min<int64_t>(cpu::kRowBlock, n - first);
+        if (!product) {
+          for (int64_t e = 0; e < count * k; ++e) rows[e] = static_cast<Acc>(m[first * k + e]);
+        }
+        for (int64_t e = 0; e < count * r; ++e) {
+          const Acc value = static_cast<Acc>(p[first * r + e]);
+          p_rows[e] = product ? -value : value;
+        }
+        cpu::ResidualRows(isa, rows.data(), p_rows.data(), packed, rows.data(), count, k, r,
+                          /*stream=*/false, product);
+        for (int64_t e = 0; e < count * k; ++e) out[first * k + e] = static_cast<T>(rows[e]);
+      }
+    });
+  }
+}
+
+}  // namespace
+
 template <typename T>
 struct LowRankResidual<CPUDevice, T> {
   void operator()(OpKernelContext* ctx, const T* m, const T* p, const T* q, int64_t n, int64_t k,
                   int64_t r, T* out) {
-    using Acc = typename Accumulator<T>::type;
-    namespace cpu = lowrank::cpu;
-    const cpu::Isa isa = cpu::BestIsa();
-    const int64_t width = cpu::PanelWidth<Acc>(isa);
-    const int64_t panels = cpu::NumPanels(k, width);
+    LowRankRowsCpu(ctx, m, p, q, n, k, r, out, /*product=*/false);
+  }
+};
 
-    // q packed into panels (and converted to Acc) once; r * k elements, small next to m.
-    Tensor packed_tensor;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<Acc>::value,
-                                           TensorShape({cpu::PackedSize(k, r, width)}),
-                                           &packed_tensor));
-    Acc* packed = packed_tensor.flat<Acc>().data();
-    ShardCpu(ctx, panels, 2 * width * r + 1, [&](int64_t begin, int64_t end) {
-      cpu::PackQ(q, k, r, width, begin, end, packed);
-    });
-
-    // Blocks of kRowBlock rows; an element costs about a load, a store and
-    // r / 8 vector FMAs.
-    const int64_t blocks = (n + cpu::kRowBlock - 1) / cpu::kRowBlock;
-    const int64_t cost = cpu::kRowBlock * k * (4 + r / 2);
-    if constexpr (std::is_same_v<T, Acc>) {
-      // A large residual in a buffer of its own goes straight to memory (non-temporal
-      // stores); in m's buffer its lines are in cache already, having just been read.
-      const bool stream = out != m && n * k * static_cast<int64_t>(sizeof(T)) >= cpu::kStreamingBytes;
-      ShardCpu(ctx, blocks, cost, [&](int64_t begin, int64_t end) {
-        const int64_t first = begin * cpu::kRowBlock;
-        const int64_t last = std::min(n, end * cpu::kRowBlock);
-        cpu::ResidualRows(isa, m + first * k, p + first * r, packed, out + first * k, last - first,
-                          k, r, stream);
-      });
-    } else {
-      // float16 / bfloat16: each block's rows of m and p in float, updated in place.
-      ShardCpu(ctx, blocks, cost, [&](int64_t begin, int64_t end) {
-        std::vector<Acc> rows(cpu::kRowBlock * k), p_rows(cpu::kRowBlock * r);
-        for (int64_t block = begin; block < end; ++block) {
-          const int64_t first = block * cpu::kRowBlock;
-          const int64_t count = std::min<int64_t>(cpu::kRowBlock, n - first);
-          for (int64_t e = 0; e < count * k; ++e) rows[e] = static_cast<Acc>(m[first * k + e]);
-          for (int64_t e = 0; e < count * r; ++e) p_rows[e] = static_cast<Acc>(p[first * r + e]);
-          cpu::ResidualRows(isa, rows.data(), p_rows.data(), packed, rows.data(), count, k, r);
-          for (int64_t e = 0; e < count * k; ++e) out[first * k + e] = static_cast<T>(rows[e]);
-        }
-      });
-    }
+template <typename T>
+struct LowRankProduct<CPUDevice, T> {
+  void operator()(OpKernelContext* ctx, const T* p, const T* q, int64_t n, int64_t k, int64_t r,
+                  T* out) {
+    LowRankRowsCpu<T>(ctx, out, p, q, n, k, r, out, /*product=*/true);
   }
 };
 
 }  // namespace functor
+
+namespace {
+
+// The factors p [n, r] and q [k, r]: matrices of one rank r.
+tensorflow::Status CheckFactors(const Tensor& p, const Tensor& q) {
+  if (!TensorShapeUtils::IsMatrix(p.shape())) {
+    return InvalidArgument("p must be a matrix [n, r] (rank 2), got shape ", p.shape().DebugString());
+  }
+  if (!TensorShapeUtils::IsMatrix(q.shape())) {
+    return InvalidArgument("q must be a matrix [k, r] (rank 2), got shape ", q.shape().DebugString());
+  }
+  if (q.dim_size(1) != p.dim_size(1)) {
+    return InvalidArgument("p and q must have the same number of columns (the rank r): p is ",
+                           p.shape().DebugString(), " but q is ", q.shape().DebugString());
+  }
+  return tensorflow::Status();
+}
+
+}  // namespace
 
 template <typename Device, typename T>
 class LowRankResidualOp : public OpKernel {
@@ -81,12 +137,7 @@ class LowRankResidualOp : public OpKernel {
     OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(m.shape()),
                 InvalidArgument("m must be a matrix [n, k] (rank 2), got shape ",
                                 m.shape().DebugString()));
-    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(p.shape()),
-                InvalidArgument("p must be a matrix [n, r] (rank 2), got shape ",
-                                p.shape().DebugString()));
-    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(q.shape()),
-                InvalidArgument("q must be a matrix [k, r] (rank 2), got shape ",
-                                q.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckFactors(p, q));
     const int64_t n = m.dim_size(0), k = m.dim_size(1), r = p.dim_size(1);
     OP_REQUIRES(ctx, p.dim_size(0) == n,
                 InvalidArgument("p must have one row per row of m: m is ", m.shape().DebugString(),
@@ -95,9 +146,6 @@ class LowRankResidualOp : public OpKernel {
                 InvalidArgument("q must have one row per column of m: m is ",
                                 m.shape().DebugString(), " (k = ", k, ") but q is ",
                                 q.shape().DebugString()));
-    OP_REQUIRES(ctx, q.dim_size(1) == r,
-                InvalidArgument("p and q must have the same number of columns (the rank r): p is ",
-                                p.shape().DebugString(), " but q is ", q.shape().DebugString()));
     // The residual may take over m's buffer (each element is read before it is written).
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, m.shape(), &out));
@@ -107,9 +155,29 @@ class LowRankResidualOp : public OpKernel {
   }
 };
 
+template <typename Device, typename T>
+class LowRankProductOp : public OpKernel {
+ public:
+  explicit LowRankProductOp(OpKernelConstruction* c) : OpKernel(c) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& p = ctx->input(0);
+    const Tensor& q = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckFactors(p, q));
+    const int64_t n = p.dim_size(0), k = q.dim_size(0), r = p.dim_size(1);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, k}), &out));
+    if (n == 0 || k == 0) return;
+    functor::LowRankProduct<Device, T>()(ctx, p.flat<T>().data(), q.flat<T>().data(), n, k, r,
+                                         out->flat<T>().data());
+  }
+};
+
 #define TFCOMP_REGISTER_LOWRANK_KERNEL(DEVICE, DEVICE_TYPE, T)                              \
   REGISTER_KERNEL_BUILDER(Name("TfcompLowRankResidual").Device(DEVICE).TypeConstraint<T>("T"), \
-                          LowRankResidualOp<DEVICE_TYPE, T>);
+                          LowRankResidualOp<DEVICE_TYPE, T>);                                 \
+  REGISTER_KERNEL_BUILDER(Name("TfcompLowRankProduct").Device(DEVICE).TypeConstraint<T>("T"),  \
+                          LowRankProductOp<DEVICE_TYPE, T>);
 
 #define TFCOMP_REGISTER_LOWRANK_TYPES(DEVICE, DEVICE_TYPE)              \
   TFCOMP_REGISTER_LOWRANK_KERNEL(DEVICE, DEVICE_TYPE, Eigen::half)      \

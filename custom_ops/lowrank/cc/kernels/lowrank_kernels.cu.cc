@@ -1,4 +1,4 @@
-// GPU functor of the low-rank residual op: the kernel of
+// GPU functors of the low-rank residual and product ops: the kernel of
 // lowrank_cuda_kernels.cu.h, launched on the op's stream. The OpKernel and its
 // GPU registrations are in lowrank_kernels.cc.
 #if GOOGLE_CUDA
@@ -24,10 +24,23 @@ struct LowRankResidual<GPUDevice, T> {
   }
 };
 
+template <typename T>
+struct LowRankProduct<GPUDevice, T> {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* p, const T* q, int64_t n, int64_t k,
+                  int64_t r, T* out) {
+    CheckLaunch(ctx, lowrank::cuda::LaunchLowRankProduct(p, q, n, k, r, out, StreamOf(ctx)),
+                "LowRankProduct");
+  }
+};
+
 template struct LowRankResidual<GPUDevice, Eigen::half>;
 template struct LowRankResidual<GPUDevice, Eigen::bfloat16>;
 template struct LowRankResidual<GPUDevice, float>;
 template struct LowRankResidual<GPUDevice, double>;
+template struct LowRankProduct<GPUDevice, Eigen::half>;
+template struct LowRankProduct<GPUDevice, Eigen::bfloat16>;
+template struct LowRankProduct<GPUDevice, float>;
+template struct LowRankProduct<GPUDevice, double>;
 
 }  // namespace functor
 }  // namespace tfcomp

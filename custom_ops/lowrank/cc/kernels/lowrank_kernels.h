@@ -1,4 +1,4 @@
-// Device-dispatched functor of the low-rank residual op; CPU in
+// Device-dispatched functors of the low-rank residual and product ops; CPU in
 // lowrank_kernels.cc (the loops of lowrank_cpu.h), GPU in lowrank_kernels.cu.cc
 // (lowrank_cuda_kernels.cu.h), both on the per-element logic of lowrank_core.h.
 #ifndef TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_KERNELS_H_
@@ -21,6 +21,13 @@ template <typename Device, typename T>
 struct LowRankResidual {
   void operator()(tensorflow::OpKernelContext* ctx, const T* m, const T* p, const T* q, int64_t n,
                   int64_t k, int64_t r, T* out);
+};
+
+// out[n, k] = p[n, r] q[k, r]^T, row-major, n, k >= 1, r >= 0 (see ProductElement).
+template <typename Device, typename T>
+struct LowRankProduct {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* p, const T* q, int64_t n, int64_t k,
+                  int64_t r, T* out);
 };
 
 }  // namespace functor

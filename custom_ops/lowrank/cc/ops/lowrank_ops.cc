@@ -1,4 +1,4 @@
-// Registration of the low-rank residual op: signature and shape function.
+// Registration of the low-rank residual and product ops: signatures and shape functions.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -56,6 +56,29 @@ residual = m - p q^T for m [n, k], p [n, r], q [k, r], in one pass over m.
 Element (i, c) starts at m[i, c] and takes fma(-p[i, j], q[c, j], .) for
 j = 0 .. r-1 in order (in float for half and bfloat16), so every device and
 thread count gives the same bits.
+)doc");
+
+REGISTER_OP("TfcompLowRankProduct")
+    .Input("p: T")
+    .Input("q: T")
+    .Output("product: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle p, q;
+      TF_RETURN_IF_ERROR(WithMatrix(c, 0, "p must be a matrix [n, r]", &p));
+      TF_RETURN_IF_ERROR(WithMatrix(c, 1, "q must be a matrix [k, r]", &q));
+      DimensionHandle r;
+      TF_RETURN_IF_ERROR(MergeDim(c, c->Dim(p, 1), c->Dim(q, 1),
+                                  "p and q must have the same number of columns (the rank r)",
+                                  &r));
+      c->set_output(0, c->Matrix(c->Dim(p, 0), c->Dim(q, 0)));
+      return Status();
+    })
+    .Doc(R"doc(
+The estimate of low-rank compression (PowerSGD, ACP-SGD): product = p q^T for
+p [n, r], q [k, r], written once. Element (i, c) starts at +0 and takes
+fma(p[i, j], q[c, j], .) for j = 0 .. r-1 in order (in float for half and
+bfloat16), so every device and thread count gives the same bits.
 )doc");
 
 }  // namespace tfcomp

@@ -2,7 +2,8 @@
 // TensorFlow): ResidualElement against a double-precision reference within a
 // rounding bound, and every instruction-set loop this CPU runs (generic, AVX2,
 // AVX-512) against ResidualElement bit for bit, over ragged shapes (partial
-// panels, partial row blocks, r = 0), in place and with non-temporal stores.
+// panels, partial row blocks, r = 0), in place and with non-temporal stores;
+// the same loops from zero with -p against ProductElement (the product op).
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include "custom_ops/lowrank/cc/kernels/lowrank_core.h"
 
@@ -111,6 +112,45 @@ void CheckLoop(cpu::Isa isa, int64_t n, int64_t k, int64_t r, std::mt19937_64& r
   }
 }
 
+// The loop of one instruction set from zero with -p (what the product op runs) against
+// ProductElement, bit for bit, with and without non-temporal stores; the output's old
+// values must not leak in.
+template <typename Acc>
+void CheckProductLoop(cpu::Isa isa, int64_t n, int64_t k, int64_t r, std::mt19937_64& rng,
+                      bool specials) {
+  auto p = Random<Acc>(n * r, rng), q = Random<Acc>(k * r, rng);
+  if (specials && r > 0) {
+    p[(n - 1) * r] = std::numeric_limits<Acc>::quiet_NaN();  // a row of NaNs
+    q[(k / 2) * r + r - 1] = std::numeric_limits<Acc>::infinity();  // a column of +-Inf
+  }
+  std::vector<Acc> minus_p(p.size());
+  for (size_t e = 0; e < p.size(); ++e) minus_p[e] = -p[e];
+  const int64_t width = cpu::PanelWidth<Acc>(isa);
+  std::vector<Acc> packed(cpu::PackedSize(k, r, width), Acc(-7));
+  cpu::PackQ(q.data(), k, r, width, 0, cpu::NumPanels(k, width), packed.data());
+  std::vector<Acc> storage(n * k + 64 / sizeof(Acc), std::numeric_limits<Acc>::quiet_NaN());
+  Acc* streamed = storage.data();
+  while (reinterpret_cast<uintptr_t>(streamed) % 64 != 0) ++streamed;
+  std::vector<Acc> out(n * k, std::numeric_limits<Acc>::quiet_NaN());
+  cpu::ResidualRows(isa, out.data(), minus_p.data(), packed.data(), out.data(), n, k, r,
+                    /*stream=*/false, /*zero=*/true);
+  cpu::ResidualRows(isa, streamed, minus_p.data(), packed.data(), streamed, n, k, r,
+                    /*stream=*/true, /*zero=*/true);
+  int reported = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      const Acc want = lr::ProductElement(p.data(), q.data(), i, c, k, r);
+      for (const Acc got : {out[i * k + c], streamed[i * k + c]}) {
+        const bool ok = SameBits(got, want) || (std::isnan(got) && std::isnan(want));
+        if (!ok && reported++ < 3) {
+          CHECK(ok) << cpu::IsaName(isa) << " product " << Name<Acc>() << " " << n << "x" << k
+                    << " r=" << r << " at (" << i << ", " << c << "): " << got << " vs " << want;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -133,6 +173,27 @@ int main() {
     const float x = 1.0f + std::ldexp(1.0f, -12);
     const float m[] = {1.0f + std::ldexp(1.0f, -11)}, p[] = {x}, q[] = {x};
     CHECK(lr::ResidualElement(m, p, q, 0, 0, 1, 1) == -std::ldexp(1.0f, -24));
+  });
+  Case("element/product vs double", [&] {
+    for (int64_t r : {0, 1, 4, 32, 64}) {
+      const auto p = Random<double>(9 * r, rng), q = Random<double>(33 * r, rng);
+      for (int64_t i = 0; i < 9; ++i) {
+        for (int64_t c = 0; c < 33; ++c) {
+          double exact = 0, magnitude = 0;
+          for (int64_t j = 0; j < r; ++j) {
+            exact += p[i * r + j] * q[c * r + j];
+            magnitude += std::fabs(p[i * r + j] * q[c * r + j]);
+          }
+          const double got = lr::ProductElement(p.data(), q.data(), i, c, 33, r);
+          CHECK(std::fabs(got - exact) <= 2 * (r + 1) * 2.3e-16 * magnitude) << i << " " << c << " r=" << r;
+        }
+      }
+    }
+  });
+  Case("element/product of rank 0 is +0", [] {
+    const float p[] = {0.0f}, q[] = {0.0f};
+    const float got = lr::ProductElement(p, q, 0, 0, 1, 0);
+    CHECK(got == 0.0f && !std::signbit(got));
   });
   Case("pack/layout", [] {
     const int64_t k = 5, r = 2, width = 4;
@@ -170,6 +231,20 @@ int main() {
         for (int64_t n : {1, 3, 4, 5, 9}) {
           for (int64_t k : {1, 3, 4, 7, 8, 9, 31, 32, 33, 70}) {
             for (int64_t r : {0, 1, 2, 5, 32, 64}) CheckLoop<double>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+      Case(name + "/product/float", [&] {
+        for (int64_t n : {1, 3, 4, 5, 9}) {
+          for (int64_t k : {1, 7, 16, 17, 64, 65, 130}) {
+            for (int64_t r : {0, 1, 2, 5, 32}) CheckProductLoop<float>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+      Case(name + "/product/double", [&] {
+        for (int64_t n : {1, 4, 5, 9}) {
+          for (int64_t k : {1, 4, 8, 9, 33, 70}) {
+            for (int64_t r : {0, 1, 5, 32}) CheckProductLoop<double>(isa, n, k, r, rng, specials);
           }
         }
       });

@@ -4,7 +4,8 @@
 // documented evaluation (acc = m; acc = fma(-p[i, j], q[c, j], acc) for j in
 // order, in float for the 16-bit types; rounded to T); NaN and Inf
 // propagation; the argument errors of the kernel (placeholders of unknown
-// shape) and of the shape function (placeholders of known shape).
+// shape) and of the shape function (placeholders of known shape). The same for
+// TfcompLowRankProduct (acc = +0; acc = fma(p[i, j], q[c, j], acc)).
 //
 // Usage: lowrank_ops_test path/to/_tfcomp_ops.so   (or TFCOMP_OPS_LIB=...)
 // Prints "N passed, M failed" and exits nonzero on a failure.
@@ -111,6 +112,40 @@ class ResidualGraph : public OpGraph {
   }
 };
 
+// Placeholders p, q of unknown shape feeding one TfcompLowRankProduct.
+class ProductGraph : public OpGraph {
+ public:
+  TF_Output p, q, product;
+
+  explicit ProductGraph(TF_DataType type) {
+    p = Placeholder(graph(), "p", type);
+    q = Placeholder(graph(), "q", type);
+    TF_Operation* op = nullptr;
+    Require(AddProduct(graph(), type, p, q, &op), "TfcompLowRankProduct");
+    product = {op, 0};
+  }
+
+  Status Run(Tensor p_value, Tensor q_value, Tensor* out) {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(p, std::move(p_value));
+    feeds.emplace_back(q, std::move(q_value));
+    std::vector<Tensor> outputs;
+    const Status s = OpGraph::Run(std::move(feeds), {product}, &outputs);
+    *out = std::move(outputs[0]);
+    return s;
+  }
+
+  static Status AddProduct(TF_Graph* graph, TF_DataType type, TF_Output p, TF_Output q,
+                           TF_Operation** op) {
+    TF_OperationDescription* d = TF_NewOperation(graph, "TfcompLowRankProduct", "product");
+    for (const TF_Output& in : {p, q}) TF_AddInput(d, in);
+    TF_SetAttrType(d, "T", type);
+    TF_Status* s = TF_NewStatus();
+    *op = TF_FinishOperation(d, s);
+    return TakeStatus(s);
+  }
+};
+
 // ---- Values and references -------------------------------------------------------
 
 // Magnitudes in [2^-5, 2^3), either sign, 8 significant bits: exact in every
@@ -132,6 +167,14 @@ typename Tr::S Documented(const std::vector<typename Tr::S>& m, const std::vecto
                           int64_t r) {
   typename Tr::Acc acc = Tr::ToAcc(m[i * k + c]);
   for (int64_t j = 0; j < r; ++j) acc = std::fma(-Tr::ToAcc(p[i * r + j]), Tr::ToAcc(q[c * r + j]), acc);
+  return Tr::FromAcc(acc);
+}
+
+template <typename Tr>
+typename Tr::S DocumentedProduct(const std::vector<typename Tr::S>& p, const std::vector<typename Tr::S>& q,
+                                 int64_t i, int64_t c, int64_t r) {
+  typename Tr::Acc acc = 0;
+  for (int64_t j = 0; j < r; ++j) acc = std::fma(Tr::ToAcc(p[i * r + j]), Tr::ToAcc(q[c * r + j]), acc);
   return Tr::FromAcc(acc);
 }
 
@@ -217,6 +260,37 @@ void CheckSpecials(ResidualGraph& graph) {
   }
 }
 
+// The product against the documented evaluation, bit for bit, and NaN / Inf where the
+// arithmetic puts them.
+template <typename Tr>
+void CheckProduct(ProductGraph& graph, const Problem& pr, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  const int64_t n = pr.n, k = pr.k, r = pr.r;
+  auto p = RandomValues<Tr>(n * r, rng), q = RandomValues<Tr>(k * r, rng);
+  if (n > 1 && k > 1 && r > 0) {
+    p[(n - 1) * r] = Tr::FromDouble(std::numeric_limits<double>::quiet_NaN());  // a row of NaNs
+    q[(k - 1) * r] = Tr::FromDouble(std::numeric_limits<double>::infinity());   // a column of +-Inf
+  }
+  Tensor out;
+  const Status s = graph.Run(MakeTensor(Tr::kType, {n, r}, p), MakeTensor(Tr::kType, {k, r}, q), &out);
+  CHECK(s.ok()) << Describe(pr) << ": " << s.message;
+  if (!s.ok()) return;
+  CHECK((Shape(out) == std::vector<int64_t>{n, k})) << Describe(pr) << ": output shape";
+  const std::vector<S> got = Values<S>(out);
+  if (static_cast<int64_t>(got.size()) != n * k) return;
+  int reported = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      const S want = DocumentedProduct<Tr>(p, q, i, c, r);
+      const bool both_nan = std::isnan(Tr::ToAcc(got[i * k + c])) && std::isnan(Tr::ToAcc(want));
+      if (Bits(got[i * k + c]) != Bits(want) && !both_nan && reported++ < 3) {
+        CHECK(false) << Tr::kName << " product " << Describe(pr) << " at (" << i << ", " << c
+                     << "): bits 0x" << std::hex << Bits(got[i * k + c]) << " != 0x" << Bits(want);
+      }
+    }
+  }
+}
+
 const Problem kProblems[] = {{1, 1, 1},   {7, 5, 2},   {256, 256, 4}, {300, 17, 32}, {65, 130, 64},
                              {9, 33, 1},  {4, 3, 0},   {0, 5, 2},     {5, 0, 2},     {0, 0, 0},
                              {1023, 97, 8},
@@ -231,6 +305,11 @@ void TestDtype() {
          [&] { CheckValues<Tr>(graph, pr, rng); });
   }
   Case(std::string("specials/") + Tr::kName, [&] { CheckSpecials<Tr>(graph); });
+  ProductGraph product(Tr::kType);
+  for (const Problem& pr : kProblems) {
+    Case(std::string("product/") + Tr::kName + "/" + Describe(pr),
+         [&] { CheckProduct<Tr>(product, pr, rng); });
+  }
 }
 
 // ---- Errors ----------------------------------------------------------------------
@@ -313,6 +392,63 @@ void TestErrors() {
   });
 }
 
+void TestProductErrors() {
+  ProductGraph graph(TF_FLOAT);
+  auto run = [&](std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
+    auto filled = [](const std::vector<int64_t>& dims) {
+      int64_t count = 1;
+      for (int64_t d : dims) count *= d;
+      return MakeTensor(TF_FLOAT, dims, std::vector<float>(count, 1.0f));
+    };
+    Tensor out;
+    return graph.Run(filled(p_dims), filled(q_dims), &out);
+  };
+  Case("product errors/kernel", [&] {
+    CheckError(run({6}, {1, 2}), "p must be a matrix [n, r] (rank 2), got shape [6]");
+    CheckError(run({2, 2}, {3, 2, 1}), "q must be a matrix [k, r] (rank 2), got shape [3,2,1]");
+    CheckError(run({4, 2}, {3, 1}),
+               "p and q must have the same number of columns (the rank r): p is [4,2] but q is [3,1]");
+    for (const auto& dims : std::vector<std::vector<std::vector<int64_t>>>{
+             {{4, 2}, {3, 2}}, {{0, 2}, {3, 2}}, {{4, 2}, {0, 2}}, {{4, 0}, {3, 0}}}) {
+      const Status s = run(dims[0], dims[1]);
+      CHECK(s.ok()) << s.message;
+    }
+  });
+  Case("product/rank 0 is +0", [&] {
+    Tensor out;
+    const Status s = graph.Run(MakeTensor(TF_FLOAT, {2, 0}, std::vector<float>{}),
+                               MakeTensor(TF_FLOAT, {3, 0}, std::vector<float>{}), &out);
+    CHECK(s.ok()) << s.message;
+    if (s.ok()) {
+      for (float v : Values<float>(out)) CHECK(v == 0.0f && !std::signbit(v)) << v;
+    }
+  });
+  auto build = [](std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
+    TF_Graph* g = TF_NewGraph();
+    const TF_Output p = Placeholder(g, "p", TF_FLOAT, &p_dims);
+    const TF_Output q = Placeholder(g, "q", TF_FLOAT, &q_dims);
+    TF_Operation* op = nullptr;
+    const Status s = ProductGraph::AddProduct(g, TF_FLOAT, p, q, &op);
+    std::vector<int64_t> out_dims;
+    if (s.ok()) {
+      TF_Status* st = TF_NewStatus();
+      const TF_Output out{op, 0};
+      out_dims.resize(TF_GraphGetTensorNumDims(g, out, st));
+      TF_GraphGetTensorShape(g, out, out_dims.data(), static_cast<int>(out_dims.size()), st);
+      TF_DeleteStatus(st);
+    }
+    TF_DeleteGraph(g);
+    return std::make_pair(s, out_dims);
+  };
+  Case("product errors/shape function", [&] {
+    CheckError(build({2, 2, 1}, {3, 2}).first, "p must be a matrix [n, r] (rank 2)");
+    CheckError(build({2, 2}, {3}).first, "q must be a matrix [k, r] (rank 2)");
+    CheckError(build({4, 2}, {3, 1}).first, "p and q must have the same number of columns");
+    const auto known = build({4, 2}, {3, 2});
+    CHECK(known.first.ok() && (known.second == std::vector<int64_t>{4, 3})) << known.first.message;
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -334,5 +470,6 @@ int main(int argc, char** argv) {
   TestDtype<Half>();
   TestDtype<BFloat16>();
   TestErrors();
+  TestProductErrors();
   return tfcomp::testing::Summary();
 }
