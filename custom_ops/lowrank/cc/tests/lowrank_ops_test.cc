@@ -312,6 +312,29 @@ void TestDtype() {
   }
 }
 
+// The shape function's verdict when `add` puts the op on float placeholders of the
+// given known shapes (in order), and the output's inferred dims.
+template <typename Add>
+std::pair<Status, std::vector<int64_t>> InferShape(std::vector<std::vector<int64_t>> dims, Add add) {
+  TF_Graph* g = TF_NewGraph();
+  std::vector<TF_Output> inputs;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    inputs.push_back(Placeholder(g, ("input" + std::to_string(i)).c_str(), TF_FLOAT, &dims[i]));
+  }
+  TF_Operation* op = nullptr;
+  const Status s = add(g, inputs, &op);
+  std::vector<int64_t> out_dims;
+  if (s.ok()) {
+    TF_Status* st = TF_NewStatus();
+    const TF_Output out{op, 0};
+    out_dims.resize(TF_GraphGetTensorNumDims(g, out, st));
+    TF_GraphGetTensorShape(g, out, out_dims.data(), static_cast<int>(out_dims.size()), st);
+    TF_DeleteStatus(st);
+  }
+  TF_DeleteGraph(g);
+  return std::make_pair(s, out_dims);
+}
+
 // ---- Errors ----------------------------------------------------------------------
 
 void TestErrors() {
@@ -357,22 +380,9 @@ void TestErrors() {
 
   // The shape function, with placeholders of known shape.
   auto build = [](std::vector<int64_t> m_dims, std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
-    TF_Graph* g = TF_NewGraph();
-    const TF_Output m = Placeholder(g, "m", TF_FLOAT, &m_dims);
-    const TF_Output p = Placeholder(g, "p", TF_FLOAT, &p_dims);
-    const TF_Output q = Placeholder(g, "q", TF_FLOAT, &q_dims);
-    TF_Operation* op = nullptr;
-    const Status s = ResidualGraph::AddResidual(g, TF_FLOAT, m, p, q, &op);
-    std::vector<int64_t> out_dims;
-    if (s.ok()) {
-      TF_Status* st = TF_NewStatus();
-      const TF_Output out{op, 0};
-      out_dims.resize(TF_GraphGetTensorNumDims(g, out, st));
-      TF_GraphGetTensorShape(g, out, out_dims.data(), static_cast<int>(out_dims.size()), st);
-      TF_DeleteStatus(st);
-    }
-    TF_DeleteGraph(g);
-    return std::make_pair(s, out_dims);
+    return InferShape({m_dims, p_dims, q_dims}, [](TF_Graph* g, const std::vector<TF_Output>& in, TF_Operation** op) {
+      return ResidualGraph::AddResidual(g, TF_FLOAT, in[0], in[1], in[2], op);
+    });
   };
   Case("errors/shape function", [&] {
     CheckError(build({6}, {6, 2}, {1, 2}).first, "m must be a matrix [n, k] (rank 2)");
@@ -424,21 +434,9 @@ void TestProductErrors() {
     }
   });
   auto build = [](std::vector<int64_t> p_dims, std::vector<int64_t> q_dims) {
-    TF_Graph* g = TF_NewGraph();
-    const TF_Output p = Placeholder(g, "p", TF_FLOAT, &p_dims);
-    const TF_Output q = Placeholder(g, "q", TF_FLOAT, &q_dims);
-    TF_Operation* op = nullptr;
-    const Status s = ProductGraph::AddProduct(g, TF_FLOAT, p, q, &op);
-    std::vector<int64_t> out_dims;
-    if (s.ok()) {
-      TF_Status* st = TF_NewStatus();
-      const TF_Output out{op, 0};
-      out_dims.resize(TF_GraphGetTensorNumDims(g, out, st));
-      TF_GraphGetTensorShape(g, out, out_dims.data(), static_cast<int>(out_dims.size()), st);
-      TF_DeleteStatus(st);
-    }
-    TF_DeleteGraph(g);
-    return std::make_pair(s, out_dims);
+    return InferShape({p_dims, q_dims}, [](TF_Graph* g, const std::vector<TF_Output>& in, TF_Operation** op) {
+      return ProductGraph::AddProduct(g, TF_FLOAT, in[0], in[1], op);
+    });
   };
   Case("product errors/shape function", [&] {
     CheckError(build({2, 2, 1}, {3, 2}).first, "p must be a matrix [n, r] (rank 2)");
