@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make test` without STACK: the pinned stack's suite and Bazel op tests, then the
-# suite on the current stack.
+# `make test` without STACK: the pinned stack's suite, then the suite on the
+# current stack with Bazel's op tests beside it.
 #
 # What the later steps build is built while the pinned suite runs, under Linux's
 # SCHED_IDLE policy (chrt --idle): it takes the cycles the suite leaves idle (its

@@ -18,8 +18,7 @@ def run(tmp_path, script, threads, *args):
     """The output of `script` (Python source) run with `threads` intra-op threads and
     one inter-op thread, its sys.argv[1:] being threads and args; fails where it fails."""
     path = tmp_path / "threaded_script.py"
-    if not path.exists() or path.read_text() != script:
-        path.write_text(script)
+    path.write_text(script)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     command = [*preload.python_m(env, task=0), "tests.ops.threaded", str(path), str(threads), *map(str, args)]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)

@@ -52,17 +52,16 @@ void LowRankRowsCpu(OpKernelContext* ctx, const T* m, const T* p, const T* q, in
       T* minus_p = negated.flat<T>().data();
       for (int64_t e = 0; e < n * r; ++e) minus_p[e] = -p[e];
       factor = minus_p;
-      m = out;
     }
     // A large result in a buffer of its own goes straight to memory (non-temporal
     // stores); in m's buffer its lines are in cache already, having just been read.
-    const bool stream = out != m || product;
-    const bool large = n * k * static_cast<int64_t>(sizeof(T)) >= cpu::kStreamingBytes;
+    const bool stream = (product || out != m) &&
+                        n * k * static_cast<int64_t>(sizeof(T)) >= cpu::kStreamingBytes;
     ShardCpu(ctx, blocks, cost, [&](int64_t begin, int64_t end) {
       const int64_t first = begin * cpu::kRowBlock;
       const int64_t last = std::min(n, end * cpu::kRowBlock);
       cpu::ResidualRows(isa, m + first * k, factor + first * r, packed, out + first * k, last - first,
-                        k, r, stream && large, product);
+                        k, r, stream, product);
     });
   } else {
     // float16 / bfloat16: each block's rows of m and p in float, updated in place.
