@@ -83,10 +83,15 @@ def _tensors_of(child):
 
 
 def _restore(child, tensors):
+    """Restores what child saves now, as tf.train.Checkpoint does: a stored tensor it no longer
+    saves (the state of a compressor tfcomp.Auto tried and dropped) is left out."""
     variables = _variables_of(child)
-    for name in [n for n in tensors if n.startswith(_VARIABLE)]:
-        variables[name[len(_VARIABLE):]].assign(tensors.pop(name))
-    child._restore_from_tensors(tensors)  # pylint: disable=protected-access
+    saved_now = set(child._serialize_to_tensors())  # pylint: disable=protected-access
+    for name, value in tensors.items():
+        if name.startswith(_VARIABLE) and name[len(_VARIABLE):] in variables:
+            variables[name[len(_VARIABLE):]].assign(value)
+    child._restore_from_tensors({name: value for name, value in tensors.items()  # pylint: disable=protected-access
+                                 if name in saved_now})
 
 
 def _variables_of(child):
