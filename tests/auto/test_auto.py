@@ -188,6 +188,30 @@ def test_state_stands_again_for_the_variables_a_train_function_traced_before_rea
     assert traced_first["w"]["p"] is first
 
 
+def test_after_a_new_trace_only_what_it_reads_is_saved_and_zero_still_reaches_every_variable(tmp_path):
+    """tfcomp.Auto traces each trial anew (begin_trace): a checkpoint then carries the state the
+    running function reads, not a replaced trial's, and restores into it."""
+    state = CompressionState(name="auto_state_trace_test")
+    state.build({"w": {"handed_off": ((4, 3), tf.float32), "residual": ((4, 3), tf.float32)},
+                 "v": {"p": ((3, 2), tf.float32)}})
+    replaced = state.get("w")["handed_off"]
+    state.begin_trace()
+    state.build({"w": {"residual": ((4, 3), tf.float32)}})
+    assert {key: set(states) for key, states in state.in_use().items()} == {"w": {"residual"}}
+    for variable in (replaced, state.get("w")["residual"]):
+        variable.assign(tf.fill((4, 3), 2.0))
+    path = tf.train.Checkpoint(state=state).write(str(tmp_path / "kept"))
+    saved = {name for name, _ in tf.train.list_variables(path)}
+    assert any("residual" in name for name in saved) and not any("handed_off" in name or "--p" in name
+                                                                  for name in saved), saved
+    restored = CompressionState(name="auto_state_trace_test")
+    restored.build({"w": {"residual": ((4, 3), tf.float32)}})
+    tf.train.Checkpoint(state=restored).read(path).assert_consumed()
+    np.testing.assert_array_equal(restored.get("w")["residual"].numpy(), np.full((4, 3), 2.0))
+    state.zero()  # a switch zeroes every variable made, the replaced trial's too
+    assert not np.any(replaced.numpy())
+
+
 # --- real workers -----------------------------------------------------------------------------------
 
 STEPS = 32

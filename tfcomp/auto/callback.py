@@ -102,6 +102,9 @@ class AutoCallback(tf.keras.callbacks.Callback):
     def _retrace(self):
         """The train function traced anew with what the exchange now runs, from zeroed state."""
         self._prepare_state()
+        state = self._state()
+        if state is not None:
+            state.begin_trace()
         self.model.make_train_function(force=True)  # sets model.train_function (Keras 3 returns None)
 
     def _reuse(self, config):

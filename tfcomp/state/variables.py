@@ -112,7 +112,10 @@ class CompressionState(tf.Module):
         with worker_local_variables(device):
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         # Saved through _serialize_to_tensors, not as children: see the module doc.
-        self._tensors = data_structures.NoDependency({})
+        self._tensors = data_structures.NoDependency({})  # every variable made, for a switch back
+        # What the running train function reads (what is saved and restored): since begin_trace(),
+        # what its trace asked for, or what use() named.
+        self._live = data_structures.NoDependency({})
 
     def get(self, tensor_name):
         """{state name: tf.Variable} for one tensor, or None if it has none yet."""
@@ -128,17 +131,24 @@ class CompressionState(tf.Module):
         and made anew where a compressor switched by tfcomp.Auto needs another shape."""
         key = _key(tensor_name)
         states = self._tensors.setdefault(key, {})
+        live = self._live.setdefault(key, {})
         for name, (shape, dtype) in specs.items():
             known = states.get(name)
             if known is None or known.shape != tf.TensorShape(shape) or known.dtype != tf.as_dtype(dtype):
                 with worker_local_variables(self._device):
                     states[name] = tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"{key}/{name}")
+            live[name] = states[name]
         return states
+
+    def begin_trace(self):
+        """A train function is traced anew (tfcomp.Auto's switch): from now on only what its
+        trace asks for is saved and restored, not the state of the compressors it replaced."""
+        self._live.clear()
 
     def in_use(self):
         """Which variables each tensor's state names stand for now: after a train function's
         trace, the ones it reads (tfcomp.Auto keeps this beside each function it may run again)."""
-        return {key: dict(states) for key, states in self._tensors.items()}
+        return {key: dict(states) for key, states in self._live.items()}
 
     def use(self, in_use):
         """Stands for a train function's variables again (what in_use() returned after its
@@ -146,6 +156,8 @@ class CompressionState(tf.Module):
         another shape, zero() and checkpoints must reach the variables this one reads."""
         self._tensors.clear()
         self._tensors.update({key: dict(states) for key, states in in_use.items()})
+        self._live.clear()
+        self._live.update({key: dict(states) for key, states in in_use.items()})
 
     def zero(self):
         """Every state variable back to zeros (the step counter kept): where tfcomp.Auto
@@ -155,7 +167,7 @@ class CompressionState(tf.Module):
                 variable.assign(tf.zeros_like(variable))
 
     def _serialize_to_tensors(self):
-        variables = {_path(key, name): var for key, states in self._tensors.items()
+        variables = {_path(key, name): var for key, states in self._live.items()
                      for name, var in states.items()}
         if not tf.executing_eagerly():
             # Traced into a SavedModel's save function, whose graph cannot reach
@@ -184,7 +196,7 @@ class CompressionState(tf.Module):
                     f"{self._num_workers}: error-feedback residuals cannot be split differently. "
                     f"Resume with {saved_workers} workers.")
             key, name = path.rsplit("--", 1)
-            assigns.append(self._tensors[key][name].assign(stacked[self._rank]))
+            assigns.append(self._live[key][name].assign(stacked[self._rank]))
         return tf.group(assigns)
 
     def _restore_own_rows(self, restored):
@@ -206,5 +218,5 @@ class CompressionState(tf.Module):
             key, name = path.rsplit("--", 1)
             if name in PER_WORKER_STATE:
                 value = tf.where(same_rank, value, tf.zeros_like(value))
-            assigns.append(self._tensors[key][name].assign(value))
+            assigns.append(self._live[key][name].assign(value))
         return tf.group(assigns)
