@@ -6,6 +6,7 @@ import pathlib
 
 import tensorflow as tf
 
+from tfcomp.autograph import converted_like_the_caller
 from tfcomp.keras import version as keras_in_use
 from tfcomp.callbacks import keras3_step, plot, probe, summary, trace
 from tfcomp.callbacks.segments import PHASES, step_record
@@ -105,7 +106,7 @@ class Timeline(tf.keras.callbacks.Callback):
                 with _patched_optimizer(optimizer, recorder), _patched_train_step(model, recorder):
                     if model is None:
                         recorder.mark("data_ready", after=(args, kwargs))
-                    outputs = body(*args, **kwargs)
+                    outputs = converted_like_the_caller(body)(*args, **kwargs)
                 recorder.mark("step_end", after=outputs)
             return (outputs, recorder.stored()) if return_marks else outputs
 

@@ -47,6 +47,8 @@ does not flush. Only sign_pack's sign bits read the bit pattern.
 """
 import tensorflow as tf
 
+import tfcomp.autograph  # noqa: F401  # pylint: disable=unused-import  # before any tfcomp graph is traced
+
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.cast import cast_divide
 from tfcomp.ops.lowrank import lowrank_product, lowrank_residual
