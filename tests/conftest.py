@@ -28,35 +28,35 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "stacks(*names, why): the stacks a test applies to (tests/stacks.py)")
 
 
-# The files that take longest, longest first (seconds on the pinned stack, 2 cores,
-# 2026-11-29). pytest-xdist hands out a file at a time in collection order
-# (`--no-loadscope-reorder`, as the Makefile runs it): started first, they no
-# longer leave one process working alone at the end. Order changes nothing else.
-LONGEST_FILES = (
-    "engines/test_distribute.py",  # 370
-    "engines/test_horovod.py",  # 300
-    "auto/test_auto.py",  # 148
-    "cluster/test_faults.py",  # 140
-    "callbacks/test_timeline.py",  # 116
-    "benchmarks/test_main_job.py",  # 89
-    "benchmarks/test_e2e.py",  # 86
-    "engines/test_mixed_precision.py",  # 84
-    "engines/test_keras_tutorial.py",  # 63
-    "benchmarks/test_long_run.py",  # 48
-    "benchmarks/test_convergence.py",  # 43
-    "plan/test_plan.py",  # 36
-)
+# The files that take longest on each stack, in seconds (2 cores, 2 pytest-xdist
+# processes, 2026-11-29), run longest first. pytest-xdist hands out a file at a time
+# in collection order (`--no-loadscope-reorder`, as the Makefile runs it): started
+# first, they no longer leave one process working alone at the end. Order changes
+# nothing else.
+LONGEST_FILES = {
+    "pinned": {"engines/test_distribute.py": 284, "engines/test_horovod.py": 281, "cluster/test_faults.py": 105,
+               "auto/test_auto.py": 91, "benchmarks/test_main_job.py": 84, "benchmarks/test_e2e.py": 79,
+               "callbacks/test_timeline.py": 71, "engines/test_mixed_precision.py": 68,
+               "engines/test_keras_tutorial.py": 65, "benchmarks/test_convergence.py": 40,
+               "benchmarks/test_long_run.py": 39, "plan/test_plan.py": 34},
+    "tf-keras": {"engines/test_keras_tutorial.py": 88, "engines/test_distribute.py": 52,
+                 "benchmarks/test_main_job.py": 50, "plan/test_plan.py": 34},
+    "keras3": {"engines/test_distribute.py": 269, "cluster/test_faults.py": 123, "benchmarks/test_e2e.py": 80,
+               "engines/test_keras_tutorial.py": 74, "benchmarks/test_main_job.py": 53,
+               "callbacks/test_timeline.py": 49, "auto/test_auto.py": 47, "benchmarks/test_long_run.py": 42,
+               "benchmarks/test_convergence.py": 42, "engines/test_mixed_precision.py": 36},
+}
 
 
-def _file_rank(item):
+def _file_rank(item, longest):
     path = item.nodeid.split("::")[0].removeprefix("tests/")
-    return LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES)
+    return -longest.get(path, 0)
 
 
 def pytest_collection_modifyitems(config, items):
     from tests import stacks  # pylint: disable=import-outside-toplevel
-    items.sort(key=_file_rank)  # stable: a file's tests keep their order
     stack, unmarked = stacks.in_use(), []
+    items.sort(key=lambda item: _file_rank(item, LONGEST_FILES[stack]))  # stable: a file's tests keep their order
     for item in items:
         if item.get_closest_marker("stacks") is None:
             unmarked.append(item.nodeid)

@@ -86,9 +86,9 @@ def train_through(cluster, tmp_path, clean, fault, args=()):
     return "failed and resumed", faults.finished_steps(logs[0])
 
 
-@pytest.mark.parametrize("percent", [1, 5])
-def test_training_completes_under_packet_loss_on_one_workers_link(tmp_path, clean, percent):
-    with netns_cluster.emulated_cluster(2) as cluster, faults.packet_loss(cluster, 1, percent) as dropped:
+def test_training_completes_under_packet_loss_on_one_workers_link(tmp_path, clean):
+    """5% of worker 1's packets dropped (a milder loss is the same retransmission, less often)."""
+    with netns_cluster.emulated_cluster(2) as cluster, faults.packet_loss(cluster, 1, 5) as dropped:
         codes, logs, results = train_on(cluster, tmp_path)
         assert dropped() > 0
     assert_completed_like_clean(codes, logs, results, clean)
