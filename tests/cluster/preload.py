@@ -7,7 +7,8 @@ starts each worker as `python -m tests.cluster.preload client SOCKET MODULE
 ARGS...`, a small process that stands in for the worker: a server, which
 imported those packages once and has run no TensorFlow op (so no runtime
 threads exist to be lost in a fork), forks a child that runs MODULE as
-`python -m` would, with the client's stdin, stdout, stderr, environment and
+`python -m` would (or, after `--script PATH`, the program at PATH as `python
+PATH` would: python_script), with the client's stdin, stdout, stderr, environment and
 directory. The client's command line names the module, it exits with the
 child's code or dies of the child's signal, SIGTERM, SIGINT and SIGHUP sent to
 it reach the child, and the child ends as soon as the client does, also when
@@ -36,6 +37,8 @@ import tempfile
 import threading
 import traceback
 
+#: The client's argument before a script's path: the child runs it as `python PATH` would.
+SCRIPT = "--script"
 #: Environment variables read while the preloaded packages are imported.
 IMPORT_TIME_VARIABLES = ("PYTHONPATH", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS",
                          "KERAS_BACKEND", "CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED")
@@ -111,6 +114,14 @@ def python_m(env, task=None, wrapped=False):
     if wrapped or not enabled(env):
         return [sys.executable, "-m"]
     return SERVERS.command(env, task)
+
+
+def python_script(env, task):
+    """The command prefix that runs worker `task`'s `python SCRIPT`: through a preload
+    server where enabled(env), else `python` itself."""
+    if not enabled(env):
+        return [sys.executable]
+    return [*SERVERS.command(env, task), SCRIPT]
 
 
 def serve(path):
@@ -198,11 +209,17 @@ def _run_child(connection):
         os.environ.update(request["env"])
         random.seed()
         sys.modules["numpy"].random.seed()
-        sys.argv = [request["module"], *request["args"]]
+        script = request.get("script")
+        sys.argv = [script or request["module"], *request["args"]]
+        if script:
+            sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` puts it first
     except Exception:  # pylint: disable=broad-except
         traceback.print_exc()
         raise SystemExit(1)
-    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    if script:
+        runpy.run_path(script, run_name="__main__")
+    else:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
 
 
@@ -238,16 +255,19 @@ def client(paths, module, args):
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(path)
     request = {"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    if module == SCRIPT:
+        request.update(module=None, script=args[0], args=args[1:])
+    name = request.get("script") or module
     socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
     replies = connection.makefile("r")
     started = _receive(replies)
     if started is None:
-        sys.exit(f"preload: the server at {path} closed the connection before starting {module}")
+        sys.exit(f"preload: the server at {path} closed the connection before starting {name}")
     for number in _FORWARDED_SIGNALS:
         signal.signal(number, lambda received, _: os.kill(started["pid"], received))
     ended = _receive(replies)
     if ended is None:
-        sys.exit(f"preload: the server at {path} ended while {module} ran")
+        sys.exit(f"preload: the server at {path} ended while {name} ran")
     code = ended["code"]
     if code < 0:
         if -code != signal.SIGKILL:
@@ -262,4 +282,5 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["client"]:
         client(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
-        sys.exit("usage: python -m tests.cluster.preload serve SOCKET | client SOCKET MODULE [ARGS...]")
+        sys.exit("usage: python -m tests.cluster.preload serve SOCKET | client SOCKET MODULE [ARGS...] | "
+                 f"client SOCKET {SCRIPT} PATH [ARGS...]")

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from tests.cluster import preload
@@ -73,3 +74,29 @@ def test_sigterm_reaches_the_worker_and_a_killed_client_takes_it_along(tmp_path)
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child)
+
+
+SCRIPT = '''
+import json, sys
+import sibling  # beside this script: sys.path[0] is the script's directory, as `python SCRIPT` makes it
+json.dump({"name": __name__, "argv": sys.argv, "path0": sys.path[0], "sibling": sibling.VALUE,
+           "tensorflow": "tensorflow" in sys.modules}, sys.stdout)
+sys.exit(4)
+'''
+
+
+def test_a_script_runs_as_python_script_would(tmp_path):
+    (tmp_path / "program.py").write_text(SCRIPT)
+    (tmp_path / "sibling.py").write_text("VALUE = 7\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    outputs = []
+    for prefix in (preload.python_script(env, 0), [sys.executable]):
+        done = subprocess.run([*prefix, str(tmp_path / "program.py"), "--flag=1"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 4, done.stderr[-3000:]
+        outputs.append(json.loads(done.stdout))
+    preloaded, plain = outputs
+    assert preloaded["tensorflow"] and not plain["tensorflow"]  # the preloaded interpreter's imports
+    del preloaded["tensorflow"], plain["tensorflow"]
+    assert preloaded == plain == {"name": "__main__", "argv": [str(tmp_path / "program.py"), "--flag=1"],
+                                  "path0": str(tmp_path), "sibling": 7}

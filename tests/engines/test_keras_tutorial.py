@@ -10,12 +10,12 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
-import sys
 import time
 
-from tests.cluster import processes
+from tests.cluster import preload, processes
 from tfcomp.keras import version as keras_in_use
 from tests.cluster.local_cluster import ROOT, free_ports, wait_then_stop
 from tests.stacks import EVERY_STACK
@@ -32,16 +32,17 @@ KERAS3_SPELLINGS = {"reduction=tf.keras.losses.Reduction.NONE": "reduction='none
                     "train_accuracy.reset_states()": "train_accuracy.reset_state()"}
 
 
-def start(work_dir, cluster, run, program=TUTORIAL, path=()):
-    """Both workers of the tutorial in work_dir (where its backup directory is), logs in run_<task>.log."""
+def start(work_dir, cluster, run, program=TUTORIAL):
+    """Both workers of the tutorial in work_dir (where its backup directory is), logs in
+    run_<task>.log: `python PROGRAM`, through a preload server under the tests (the
+    program as written, run by an interpreter that has imported TensorFlow)."""
     procs = []
     for task in range(len(cluster["worker"])):
         env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": task}}),
-                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, path)]),
-                   PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+                   TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
         log = open(work_dir / f"{run}_{task}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, str(program)], cwd=work_dir, env=env, stdout=log,
-                                       stderr=subprocess.STDOUT), log))
+        procs.append((subprocess.Popen([*preload.python_script(env, task), str(program)], cwd=work_dir, env=env,
+                                       stdout=log, stderr=subprocess.STDOUT), log))
     return procs
 
 
@@ -86,7 +87,9 @@ def test_the_tutorial_resumes_every_worker_from_one_backup_dir_after_a_worker_is
 
 
 def custom_loop_program(work_dir):
-    """The custom-loop tutorial's main.py, in Keras 3's spellings where Keras 3 runs it."""
+    """The custom-loop tutorial's main.py, in Keras 3's spellings where Keras 3 runs it, in
+    work_dir beside its mnist.py (and the bundled dataset's mnist_setup.py), as the
+    tutorial writes its files side by side."""
     source = (CTL / "main.py").read_text()
     if keras_in_use.in_use().major >= 3:
         for keras2, keras3 in KERAS3_SPELLINGS.items():
@@ -94,6 +97,8 @@ def custom_loop_program(work_dir):
             source = source.replace(keras2, keras3)
     program = work_dir / "main.py"
     program.write_text(source)
+    for module in (CTL / "mnist.py", TUTORIAL.parent / "mnist_setup.py"):
+        shutil.copy(module, work_dir)
     return program
 
 
@@ -103,7 +108,7 @@ def test_the_custom_training_loop_tutorial_trains_alike_on_every_worker(tmp_path
     per epoch) with tfcomp's strategy: both workers train its 3 epochs of 70 steps and report
     the same reduced loss and accuracy, the loss falling below chance's."""
     cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
-    procs = start(tmp_path, cluster, "ctl", program=custom_loop_program(tmp_path), path=[CTL])
+    procs = start(tmp_path, cluster, "ctl", program=custom_loop_program(tmp_path))
     wait_then_stop([p for p, _ in procs], [log for _, log in procs], TIMEOUT_S, stop_on_failure_s=60)
     logs = [(tmp_path / f"ctl_{t}.log").read_text() for t in range(2)]
     assert [p.returncode for p, _ in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
