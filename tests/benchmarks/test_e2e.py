@@ -69,7 +69,7 @@ def test_tiny_grid_runs_on_a_shaped_cluster_and_predicts(dense_grid):
     # --predict: a profile recorded on the cluster from the dense run's trace, and its prediction.
     profile = Profile.load(dense_grid / "profiles" / "tf.distribute-2w-500mbit-digits_mlp.json")
     assert len(profile.model.gradients) == 6 and 0.3 < 8 * profile.allreduce.bandwidth_bytes_per_s / 1e9 < 0.6
-    (dense,) = records(dense_grid)
+    dense = records(dense_grid)[0]  # the grown grid's test may have added a run after it
     assert dense["predicted_step_ms"] > 0 and (dense["compression"], dense["status"]) == ("none", "ok")
     assert_run_on_the_shaped_link(dense)
     # Every worker's dense trace is kept beside the profile, and worker 0's gives back its model.

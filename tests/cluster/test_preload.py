@@ -42,8 +42,12 @@ def test_a_worker_that_kills_itself_is_seen_killed(tmp_path):
     assert codes == [-signal.SIGKILL, 0], logs
 
 
+def _worker_env():
+    return dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+
+
 def _client(tmp_path, *args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env = _worker_env()
     command = [*preload.python_m(env, 0), PROBE, f"--out={tmp_path / 'probe.json'}", *args]
     return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
@@ -88,7 +92,7 @@ sys.exit(4)
 def test_a_script_runs_as_python_script_would(tmp_path):
     (tmp_path / "program.py").write_text(SCRIPT)
     (tmp_path / "sibling.py").write_text("VALUE = 7\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env = _worker_env()
     outputs = []
     for prefix in (preload.python_script(env, 0), [sys.executable]):
         done = subprocess.run([*prefix, str(tmp_path / "program.py"), "--flag=1"], env=env, cwd=ROOT,
