@@ -446,7 +446,7 @@ void BenchSelect(int64_t n) {
   }
 }
 
-// ---- low rank: out = m - p q^T, fused kernel against cuBLAS ----
+// ---- low rank: out = m - p q^T and m = g + e, p = m q, fused kernels against cuBLAS ----
 void BenchLowRank(int64_t rows, int64_t cols, int64_t rank, cublasHandle_t blas) {
   const int64_t n = rows * cols;
   InputPool<float> pool(n, 2);
@@ -472,6 +472,23 @@ void BenchLowRank(int64_t rows, int64_t cols, int64_t rank, cublasHandle_t blas)
          CHECK_CUBLAS(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, cols, rows, rank, &minus_one, q.ptr,
                                   rank, p.ptr, rank, &one, pool.Next(), cols));
        }), bytes);
+  // m = g + e and p = m q in one pass (reads g and e, writes m), against the add and
+  // cuBLAS's p^T = q^T m^T on the column-major view.
+  DeviceArray<float> m(n), p_out(rows * rank);
+  Emit("lowrank_compensate", "float32", n, rank, MedianMs([&] {
+         CHECK_CUDA(tfcomp::lowrank::cuda::LaunchLowRankCompensate(pool.Next(), pool.Next(), q.ptr, rows,
+                                                                   cols, rank, m.ptr, p_out.ptr, nullptr));
+       }), 1.5 * bytes);
+  Emit("add_then_cublas_gemm", "float32", n, rank, MedianMs([&] {
+         const float* g = pool.Next();
+         const float* e = pool.Next();
+         CHECK_CUBLAS(cublasSgeam(blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, rows, &one, g, cols, &one, e, cols,
+                                  m.ptr, cols));
+         const float zero = 0.0f;
+         // q is [cols, rank] row-major, i.e. column-major [rank, cols]: p^T[rank, rows] = q^T m^T.
+         CHECK_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, rank, rows, cols, &one, q.ptr, rank,
+                                  m.ptr, cols, &zero, p_out.ptr, rank));
+       }), 1.5 * bytes);
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ COMPARISONS = {
     "select": [("hash_select", "cub_select_if"), ("hash_select", "select_composed"),
                ("hash_select", "exact_topk_sort"), ("sampled_threshold", None),
                ("sparse_decode", None)],
-    "lowrank": [("lowrank_residual", "cublas_gemm"), ("lowrank_residual", "cublas_gemm_inplace")],
+    "lowrank": [("lowrank_residual", "cublas_gemm"), ("lowrank_residual", "cublas_gemm_inplace"),
+                ("lowrank_compensate", "add_then_cublas_gemm")],
 }
 
 

@@ -482,6 +482,28 @@ def test_lowrank_product(data):
         assert not np.signbit(got).any() and not got.any()
 
 
+@given(st.data())
+def test_lowrank_compensate(data):
+    dtype, n, k, r = draw_lowrank_shape(data)
+    g, e = (data.draw(arrays(dtype, shape=(n, k), values=lowrank_values(dtype), bound=16), name)
+            for name in ("g", "e"))
+    q = data.draw(arrays(dtype, shape=(k, r), values=lowrank_values(dtype), bound=16), "q")
+    m, p = ops.lowrank_compensate(g, e, q)
+    assert m.dtype == p.dtype == dtype and m.shape == (n, k) and p.shape == (n, r)
+    # m: the sum of the operands as read, in the accumulator type, its flush, one rounding to dtype.
+    acc = acc_dtype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = as_read(as_read(g).astype(acc) + as_read(e).astype(acc))
+    assert_equal_or_both_nan(m.numpy(), total.astype(g.dtype))
+    # p: m as written, times q, in ceil(k / 16) fused steps per lane and four lane additions.
+    with np.errstate(invalid="ignore", over="ignore"):
+        read_m, read_q = as_read(m.numpy()).astype(np.float64), as_read(q).astype(np.float64)
+        exact, magnitude = read_m @ read_q, np.abs(read_m) @ np.abs(read_q)
+    got = assert_lowrank_arithmetic(p, exact, magnitude, dtype, steps=-(-k // 16) + 4)
+    if k == 0:  # sums of no columns: +0 everywhere
+        assert not np.signbit(got).any() and not got.any()
+
+
 # --- malformed inputs ------------------------------------------------------------------------
 
 REFUSED = (tf.errors.InvalidArgumentError, ValueError, TypeError)
@@ -639,6 +661,21 @@ EAGER_CASES = [
     ("lowrank_product", lambda: ops.lowrank_product(np.zeros((2, 1), np.int32), np.zeros((2, 1), np.int32)), FLOATS),
     ("lowrank_product", lambda: L().tfcomp_low_rank_product(tf.zeros([2, 1]), tf.zeros([2, 1], tf.float64)),
      "expected to be a float tensor but is a double"),
+    ("lowrank_compensate", lambda: ops.lowrank_compensate(f32(6), f32(6), f32(6, 2)),
+     r"g must be a matrix \[n, k\] \(rank 2\), got shape \[6\]"),
+    ("lowrank_compensate", lambda: ops.lowrank_compensate(f32(4, 3), f32(4, 2), f32(3, 2)),
+     r"e must have g's shape"),
+    ("lowrank_compensate", lambda: ops.lowrank_compensate(f32(4, 3), f32(4, 3), f32(3)),
+     r"q must be a matrix \[k, r\] \(rank 2\)"),
+    ("lowrank_compensate", lambda: ops.lowrank_compensate(f32(4, 3), f32(4, 3), f32(2, 1)),
+     "q must have one row per column of g"),
+    ("lowrank_compensate", lambda: ops.lowrank_compensate(f32(2, 2), f32(2, 2), np.zeros((2, 1))),
+     "one dtype, got float32, float32 and float64"),
+    ("lowrank_compensate", lambda: ops.lowrank_compensate(*(np.zeros(s, np.int32) for s in ((2, 2), (2, 2), (2, 1)))),
+     FLOATS),
+    ("lowrank_compensate", lambda: L().tfcomp_low_rank_compensate(tf.zeros([2, 2]), tf.zeros([2, 2], tf.float64),
+                                                                  tf.zeros([2, 1])),
+     "expected to be a float tensor but is a double"),
 ]
 
 
@@ -676,6 +713,7 @@ _sparse_decode64 = unknown_shapes(lambda v, i, n: ops.sparse_decode(v, i, n), "f
 _scale_at32 = unknown_shapes(lambda x, i, f: ops.scale_at(x, i, f), "f32", "i32", "f32")
 _lowrank_residual = unknown_shapes(lambda m, p, q: ops.lowrank_residual(m, p, q), "f32", "f32", "f32")
 _lowrank_product = unknown_shapes(lambda p, q: ops.lowrank_product(p, q), "f32", "f32")
+_lowrank_compensate = unknown_shapes(lambda g, e, q: ops.lowrank_compensate(g, e, q), "f32", "f32", "f32")
 one, n64 = np.float32(1), np.int64
 
 # The same kinds of mistakes inside a graph with unknown shapes: the kernels' own checks.
@@ -723,6 +761,11 @@ GRAPH_CASES = [
     ("lowrank_product", lambda: _lowrank_product(f32(6), f32(1, 2)), r"p must be a matrix \[n, r\]"),
     ("lowrank_product", lambda: _lowrank_product(f32(2, 2), f32(3, 2, 1)), r"q must be a matrix \[k, r\]"),
     ("lowrank_product", lambda: _lowrank_product(f32(4, 2), f32(3, 1)), "the same number of columns"),
+    ("lowrank_compensate", lambda: _lowrank_compensate(f32(6), f32(6), f32(6, 2)), r"g must be a matrix \[n, k\]"),
+    ("lowrank_compensate", lambda: _lowrank_compensate(f32(4, 3), f32(3, 4), f32(3, 2)), "e must have g's shape"),
+    ("lowrank_compensate", lambda: _lowrank_compensate(f32(4, 3), f32(4, 3), f32(3)), r"q must be a matrix \[k, r\]"),
+    ("lowrank_compensate", lambda: _lowrank_compensate(f32(4, 3), f32(4, 3), f32(2, 2)),
+     "q must have one row per column of g"),
 ]
 
 
@@ -757,6 +800,9 @@ STATIC_CASES = [
     ("sparse_decode", ops.sparse_decode, (spec(3, 1), spec(3, dtype=tf.int32), spec(dtype=tf.int64)), "rank 1"),
     ("lowrank_residual", ops.lowrank_residual, (spec(4, 3), spec(5, 2), spec(3, 2)), "p must have one row per row of m"),
     ("lowrank_product", ops.lowrank_product, (spec(4, 2), spec(3, 1)), "the same number of columns"),
+    ("lowrank_compensate", ops.lowrank_compensate, (spec(4, 3), spec(4, 2), spec(3, 2)), "e must have g's shape"),
+    ("lowrank_compensate", ops.lowrank_compensate, (spec(4, 3), spec(4, 3), spec(2, 2)),
+     "q must have one row per column of g"),
 ]
 
 
@@ -778,7 +824,7 @@ def test_every_op_is_covered():
     and cast_divide's properties are in test_select.py and test_cast.py)."""
     names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold",
              "hash_select", "select_largest", "sparse_decode", "scale_at", "cast_divide", "lowrank_residual",
-             "lowrank_product"}
+             "lowrank_product", "lowrank_compensate"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
     library_ops = {name for name in dir(L()) if name.startswith("tfcomp_") and not name.endswith("_eager_fallback")}

@@ -17,8 +17,10 @@ Same-shape tensors are compressed together, stacked, with batched matmuls
 and QR (batch_tensors_with_same_shape). Random starting factors are N(0, 1)
 from a seed of the tensor name and step, so every worker draws the same. The error update E = M - P Q^T is the fused
 op ops.lowrank_residual (one pass over M; 2.3x faster than the TF ops at
-4096^2, rank 4: benchmarks/results/lowrank_residual_bench.md), and the estimate
-P Q^T that decompression hands on is ops.lowrank_product (written once).
+4096^2, rank 4: benchmarks/results/lowrank_residual_bench.md), the estimate
+P Q^T that decompression hands on is ops.lowrank_product (written once), and
+M = G + E with P = M Q (PowerSGD, ACP-SGD's even steps) is one pass,
+ops.lowrank_compensate.
 
 Momentum: the optimizer's, after decompression (momentum=None, as in PowerSGD's
 paper). momentum="auto" takes it over as EFSignSGD and the sparsifiers do
@@ -126,6 +128,17 @@ class LowRank(WorkerMomentum, Compressor):
             return tf.reshape(grad, (ctx.batch, *matrix_shape(grad.shape[1:])))
         return tf.reshape(grad, matrix_shape(grad.shape))
 
+    def _matrix_and_product(self, grad, state, ctx, factor):
+        """M (+ E with error feedback) as _matrix gives it, and M F for the factor F. With error
+        feedback on one matrix, both come from one pass over the gradient and the residual
+        (ops.lowrank_compensate): the add and a matmul would each read M again."""
+        if "residual" not in state or ctx.batch:
+            matrix = self._matrix(grad, state, ctx)
+            return matrix, tf.matmul(matrix, factor)
+        shape = matrix_shape(grad.shape)
+        grad = tf.reshape(self.with_momentum(grad, state), shape)
+        return ops.lowrank_compensate(grad, tf.reshape(state["residual"], shape), factor)
+
     @staticmethod
     def _residual(matrix, p, q):
         """M - P Q^T: the fused op for one matrix, a batched matmul for a batch."""
@@ -163,10 +176,9 @@ class PowerSGD(LowRank):
                 [PayloadSpec(q_shape, dtype, Collective.ALLREDUCE)]]
 
     def compress(self, grad, state, ctx):
-        matrix = self._matrix(grad, state, ctx)
         fresh = self._random_factor(state["q"].shape, grad.dtype, ctx, salt=10)
         q = self._kept_or_fresh(state["q"], fresh) if self.warm_start else fresh()
-        p = tf.matmul(matrix, q)
+        matrix, p = self._matrix_and_product(grad, state, ctx, q)
 
         def after_p(summed):
             p_hat = orthonormalize(summed[0], self.orthogonalization_epsilon)
@@ -205,16 +217,16 @@ class ACPSGD(LowRank):
         return sum(spec.nbytes for phase in (0, 1) for spec in self.payload_specs(shape, dtype, phase)[0]) / 2
 
     def compress(self, grad, state, ctx):
-        matrix = self._matrix(grad, state, ctx)
         sent_name, query_name = ("p", "q") if ctx.phase == 0 else ("q", "p")
         query_var = state[query_name]
         fresh = self._random_factor(query_var.shape, grad.dtype, ctx, salt=20 + ctx.phase)
         query = self._kept_or_fresh(query_var, fresh) if self.reuse_query else fresh()
         query = orthonormalize(query, self.orthogonalization_epsilon)
         if ctx.phase == 0:
-            sent = tf.matmul(matrix, query)  # P = (M + E) Q
+            matrix, sent = self._matrix_and_product(grad, state, ctx, query)  # P = (M + E) Q
             p, q = sent, query
         else:
+            matrix = self._matrix(grad, state, ctx)
             sent = project_columns(matrix, query)  # Q = (M + E)^T P
             p, q = query, sent
         if self.use_error_feedback:  # E = M + E - P Q^T, with this worker's P and Q

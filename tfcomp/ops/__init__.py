@@ -9,8 +9,8 @@ slower code behind the user's back.
 Cast and divide in one pass (FP16, the dense mean): see cast_divide, and
 custom_ops/cast/cc/kernels/cast_core.h.
 
-The low-rank compressors' error feedback and estimate (PowerSGD, ACP-SGD): see
-lowrank_residual and lowrank_product, and custom_ops/lowrank/cc/kernels/lowrank_core.h.
+The low-rank compressors' error feedback, estimate and first factor (PowerSGD,
+ACP-SGD): see lowrank_residual, lowrank_product and lowrank_compensate, and custom_ops/lowrank/cc/kernels/lowrank_core.h.
 
 Hashed selection and sparse decoding (DRAGONN): see hash_select and
 sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h; scale_at is
@@ -42,7 +42,7 @@ dtype silently (int64 indices would wrap to int32). The GPU sparse_decode and
 scale_at skip out-of-range indices instead of checking them (they stay in device memory).
 
 TensorFlow runs CPU kernels with subnormals flushed to zero (FTZ/DAZ): there the
-sparse ops, lowrank_residual and lowrank_product compare and add a subnormal input as +-0; CUDA
+sparse ops and the low-rank ops compare and add a subnormal input as +-0; CUDA
 does not flush. Only sign_pack's sign bits read the bit pattern.
 """
 import tensorflow as tf
@@ -51,12 +51,12 @@ import tfcomp.autograph  # noqa: F401  # pylint: disable=unused-import  # before
 
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.cast import cast_divide
-from tfcomp.ops.lowrank import lowrank_product, lowrank_residual
+from tfcomp.ops.lowrank import lowrank_compensate, lowrank_product, lowrank_residual
 from tfcomp.ops.sign import sign_ef_pack, sign_majority, sign_pack, sign_scaled_sum, sign_unpack
 from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, scale_at, select_largest, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
-           "cast_divide", "lowrank_product", "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack",
+           "cast_divide", "lowrank_compensate", "lowrank_product", "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack",
            "sign_scaled_sum", "sign_unpack", "hash_select", "index_dtype", "sampled_threshold", "scale_at", "select_largest",
            "sparse_decode"]
 

@@ -1,4 +1,5 @@
-"""The low-rank error-feedback residual and estimate (PowerSGD, ACP-SGD); custom_ops/lowrank."""
+"""The low-rank error-feedback residual, estimate and compensated first factor (PowerSGD, ACP-SGD);
+custom_ops/lowrank."""
 import tensorflow as tf
 
 from tfcomp.ops.loader import check_dtype, library
@@ -41,3 +42,26 @@ def lowrank_product(p, q):
     if q.dtype != p.dtype:
         raise TypeError(f"lowrank_product needs p and q of one dtype, got {p.dtype.name} and {q.dtype.name}")
     return library().tfcomp_low_rank_product(p, q)
+
+
+def lowrank_compensate(g, e, q):
+    """The first pass of low-rank compression's encode (PowerSGD's P = M Q, ACP-SGD's even
+    steps): (m, p) with m = g + e, the gradient compensated by the error-feedback residual,
+    and p = m @ q, in one pass over g and e (the add and TensorFlow's matmul read m again).
+
+    g and e are [n, k] and q [k, r], all of one float dtype; m is [n, k] and p [n, r] in that
+    dtype. m's elements are g + e rounded once (computed in float32 for float16 and bfloat16).
+    Each p[i, j] sums m[i, c] q[c, j] in 16 lanes: lane l takes the columns l, l + 16, ... by
+    fused multiply-add from +0 (the columns padded with zeros to a multiple of 16), then the
+    lanes are added pairwise (halves, quarters, eighths, the last two), so every device and
+    thread count gives the same bits. NaN and Inf propagate as in the arithmetic.
+    """
+    g = tf.convert_to_tensor(g)
+    check_dtype(g.dtype, "lowrank_compensate's g")
+    e = tf.convert_to_tensor(e)
+    q = tf.convert_to_tensor(q)
+    if e.dtype != g.dtype or q.dtype != g.dtype:
+        raise TypeError(f"lowrank_compensate needs g, e and q of one dtype, got {g.dtype.name}, "
+                        f"{e.dtype.name} and {q.dtype.name}")
+    m, p = library().tfcomp_low_rank_compensate(g, e, q)
+    return m, p

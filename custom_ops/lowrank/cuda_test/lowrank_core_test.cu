@@ -4,7 +4,9 @@
 // payloads aside), over ragged shapes (partial tiles, r = 0, r across several
 // rank chunks), with NaN and Inf, in place (out = m), and with more row tiles
 // than the grid has rows (the grid-stride loop); and the product kernel against
-// ProductElement the same way.
+// ProductElement the same way, and the compensate kernel against
+// CompensatedElement and CompensatedProductElement (ragged columns, ranks
+// across several passes, NaN and Inf, -0).
 // Exit status: 0 pass, 1 failure, 77 no CUDA device (skip).
 #include <cmath>
 #include <cstdint>
@@ -96,6 +98,41 @@ void CheckProduct(int64_t n, int64_t k, int64_t r, bool specials) {
 }
 
 template <typename T>
+void CheckCompensate(int64_t n, int64_t k, int64_t r, bool specials) {
+  std::vector<T> g = RandomValues<T>(n * k), e = RandomValues<T>(n * k), q = RandomValues<T>(k * r);
+  if (specials && n * k > 2) {
+    g[1] = FromDouble<T>(std::nan(""));                             // a NaN in row 0's sums
+    e[n * k - 1] = FromDouble<T>(-std::numeric_limits<double>::infinity());
+    g[0] = FromDouble<T>(-0.0);                                     // -0 + -0 = -0
+    e[0] = FromDouble<T>(-0.0);
+    if (r > 0) q[(k / 2) * r + r - 1] = FromDouble<T>(std::numeric_limits<double>::infinity());
+  }
+  DeviceArray<T> d_g(g), d_e(e), d_q(q), d_m(n * k), d_p(n * r);
+  CHECK_CUDA(cu::LaunchLowRankCompensate(d_g.ptr, d_e.ptr, d_q.ptr, n, k, r, d_m.ptr, d_p.ptr, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const std::vector<T> m = d_m.Download(n * k), p = d_p.Download(n * r);
+  int reported = 0;
+  const auto report = [&](const char* what, int64_t at, T got, T want) {
+    const bool ok = SameBits(got, want) || (std::isnan(ToDouble(got)) && std::isnan(ToDouble(want)));
+    if (ok) return;
+    ++g_failures;
+    if (reported++ < 3) {
+      std::printf("FAIL %s compensate %s %lldx%lld r=%lld%s at %lld: gpu %.17g, reference %.17g\n",
+                  TypeName<T>(), what, static_cast<long long>(n), static_cast<long long>(k),
+                  static_cast<long long>(r), specials ? " nan/inf" : "", static_cast<long long>(at),
+                  ToDouble(got), ToDouble(want));
+    }
+  };
+  for (int64_t x = 0; x < n * k; ++x) report("m", x, m[x], lr::CompensatedElement(g[x], e[x]));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < r; ++j) {
+      report("p", i * r + j, p[i * r + j],
+             lr::CompensatedProductElement(g.data(), e.data(), q.data(), i, j, k, r));
+    }
+  }
+}
+
+template <typename T>
 void CheckType() {
   const int64_t shapes[][2] = {{1, 1}, {7, 5}, {31, 33}, {32, 32}, {33, 31}, {65, 130}, {300, 17},
                                {256, 256}, {1000, 3}};
@@ -106,14 +143,17 @@ void CheckType() {
       Check<T>(shape[0], shape[1], r, false, true);
       CheckProduct<T>(shape[0], shape[1], r, false);
       CheckProduct<T>(shape[0], shape[1], r, true);
+      CheckCompensate<T>(shape[0], shape[1], r, false);
+      CheckCompensate<T>(shape[0], shape[1], r, true);
     }
   }
+  CheckCompensate<T>(3, 0, 4, false);  // sums of no columns: +0
   Check<T>(0, 5, 3, false, false);
   Check<T>(5, 0, 3, false, false);
   // More row tiles (65540) than a grid's 65535 rows: the grid-stride loop.
   Check<T>(cu::kMaxGridRows * cu::kTileRows + 100, 1, 2, false, false);
   CheckProduct<T>(cu::kMaxGridRows * cu::kTileRows + 100, 1, 2, false);
-  std::printf("%-6s low-rank residual and product: %s\n", TypeName<T>(), g_failures ? "FAILED" : "ok");
+  std::printf("%-6s low-rank residual, product and compensate: %s\n", TypeName<T>(), g_failures ? "FAILED" : "ok");
 }
 
 }  // namespace

@@ -28,6 +28,21 @@
 // q[c, j], acc) for j = 0, 1, ..., r - 1, which is ResidualStep(acc, -p, q): the
 // product is the residual of a zero m with p negated, and the kernels compute it
 // that way, without reading an m.
+//
+// The compensate op is the encode's first pass (PowerSGD's P = M Q, ACP-SGD's
+// even steps): from the gradient g[n, k] and the residual e[n, k] it writes the
+// compensated gradient m = g + e (added in Acc, rounded once to T) and, in the
+// same pass, the factor p = m q for q[k, r], so m is not read again for it.
+// p[i, j] is a sum over the k columns, evaluated in kDotLanes = 16 lanes the
+// way a vector unit does, which every device follows: the columns are padded
+// with zeros to a multiple of 16; lane l starts at +0 and takes
+//
+//   s_l = fma(m[i, c], q[c, j], s_l)   for c = l, l + 16, l + 32, ...,
+//
+// using m[i, c] as written (rounded to T); then s_l += s_{l+8} for l < 8,
+// s_l += s_{l+4} for l < 4, s_l += s_{l+2} for l < 2, and p = s_0 + s_1,
+// rounded to T. A padded column takes fma(0, 0, s_l), which turns a -0 lane
+// into +0, as the vector loops' zero-filled tails do.
 #ifndef TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CORE_H_
 #define TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CORE_H_
 
@@ -89,6 +104,42 @@ TFCOMP_HOST_DEVICE inline T ProductElement(const T* p, const T* q, int64_t i, in
     acc = ResidualStep(acc, -static_cast<Acc>(p[i * r + j]), static_cast<Acc>(q[c * r + j]));
   }
   return static_cast<T>(acc);
+}
+
+// The compensated gradient's element: g + e in Acc, rounded once to T.
+template <typename T>
+TFCOMP_HOST_DEVICE inline T CompensatedElement(T g, T e) {
+  using Acc = typename Accumulator<T>::type;
+  return static_cast<T>(static_cast<Acc>(g) + static_cast<Acc>(e));
+}
+
+// Lanes of the compensate op's sums over columns (see above).
+constexpr int kDotLanes = 16;
+
+// Sums 16 lanes in the order above: halves, quarters, eighths, then the last two.
+template <typename Acc>
+TFCOMP_HOST_DEVICE inline Acc SumLanes(Acc* s) {
+  for (int half = kDotLanes / 2; half >= 1; half /= 2) {
+    for (int l = 0; l < half; ++l) s[l] = s[l] + s[l + half];
+  }
+  return s[0];
+}
+
+// Element (i, j) of p = (g + e) q for row-major g, e [n, k] and q [k, r], as the
+// compensate op computes it (see above): the reference every kernel matches.
+template <typename T>
+TFCOMP_HOST_DEVICE inline T CompensatedProductElement(const T* g, const T* e, const T* q, int64_t i,
+                                                      int64_t j, int64_t k, int64_t r) {
+  using Acc = typename Accumulator<T>::type;
+  Acc s[kDotLanes];
+  for (int l = 0; l < kDotLanes; ++l) s[l] = Acc(0);
+  const int64_t padded = (k + kDotLanes - 1) / kDotLanes * kDotLanes;
+  for (int64_t c = 0; c < padded; ++c) {
+    const Acc m = c < k ? static_cast<Acc>(CompensatedElement(g[i * k + c], e[i * k + c])) : Acc(0);
+    const Acc qv = c < k ? static_cast<Acc>(q[c * r + j]) : Acc(0);
+    s[c % kDotLanes] = FusedMulAdd(m, qv, s[c % kDotLanes]);
+  }
+  return static_cast<T>(SumLanes(s));
 }
 
 }  // namespace lowrank

@@ -89,6 +89,48 @@ void ResidualRowsGeneric(const Acc* m, const Acc* p, const Acc* packed, Acc* out
   }
 }
 
+// The compensate op's q, transposed and padded: qt[j * PaddedColumns(k) + c] =
+// q[c, j] (converted to Acc), zeros for c >= k, so a row's columns and each
+// rank's q run side by side in whole groups of kDotLanes.
+inline int64_t PaddedColumns(int64_t k) { return (k + kDotLanes - 1) / kDotLanes * kDotLanes; }
+
+// Ranks [rank_begin, rank_end) of q[k, r] into qt (see PaddedColumns).
+template <typename T, typename Acc>
+void TransposeQ(const T* q, int64_t k, int64_t r, int64_t rank_begin, int64_t rank_end, Acc* qt) {
+  const int64_t padded = PaddedColumns(k);
+  for (int64_t j = rank_begin; j < rank_end; ++j) {
+    for (int64_t c = 0; c < k; ++c) qt[j * padded + c] = static_cast<Acc>(q[c * r + j]);
+    for (int64_t c = k; c < padded; ++c) qt[j * padded + c] = Acc(0);
+  }
+}
+
+// The compensate op on `rows` rows (lowrank_core.h): m = g + e (add; else m = g,
+// e not read) written to m_out (store; else not written), and p[rows, r] =
+// m qt^T summed in kDotLanes lanes. Any instruction set; the reference's order.
+template <typename Acc>
+void CompensateRowsGeneric(const Acc* g, const Acc* e, const Acc* qt, Acc* m_out, Acc* p,
+                           int64_t rows, int64_t k, int64_t r, bool add, bool store) {
+  const int64_t padded = PaddedColumns(k);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < r; ++j) {
+      Acc s[kDotLanes];
+      for (int l = 0; l < kDotLanes; ++l) s[l] = Acc(0);
+      for (int64_t c = 0; c < padded; ++c) {
+        Acc m = Acc(0);
+        if (c < k) {
+          m = add ? g[i * k + c] + e[i * k + c] : g[i * k + c];
+          if (store && j == 0) m_out[i * k + c] = m;
+        }
+        s[c % kDotLanes] = FusedMulAdd(m, qt[j * padded + c], s[c % kDotLanes]);
+      }
+      p[i * r + j] = SumLanes(s);
+    }
+    if (store && r == 0) {
+      for (int64_t c = 0; c < k; ++c) m_out[i * k + c] = add ? g[i * k + c] + e[i * k + c] : g[i * k + c];
+    }
+  }
+}
+
 #if TFCOMP_X86
 
 #pragma GCC push_options
@@ -111,6 +153,9 @@ struct FloatOps {
   static V Broadcast(const float* x) { return _mm256_broadcast_ss(x); }
   static V Zero() { return _mm256_setzero_ps(); }
   static V FnmAdd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b, rounded once
+  static V FmAdd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a * b + c, rounded once
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static constexpr int kRegisters = 16;
 };
 
 struct DoubleOps {
@@ -129,6 +174,9 @@ struct DoubleOps {
   static V Broadcast(const double* x) { return _mm256_broadcast_sd(x); }
   static V Zero() { return _mm256_setzero_pd(); }
   static V FnmAdd(V a, V b, V c) { return _mm256_fnmadd_pd(a, b, c); }
+  static V FmAdd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  static V Add(V a, V b) { return _mm256_add_pd(a, b); }
+  static constexpr int kRegisters = 16;
 };
 
 #include "custom_ops/lowrank/cc/kernels/lowrank_cpu_panel.inc"
@@ -154,6 +202,9 @@ struct FloatOps {
   static V Broadcast(const float* x) { return _mm512_set1_ps(*x); }
   static V Zero() { return _mm512_setzero_ps(); }
   static V FnmAdd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V FmAdd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static constexpr int kRegisters = 32;
 };
 
 struct DoubleOps {
@@ -170,6 +221,9 @@ struct DoubleOps {
   static V Broadcast(const double* x) { return _mm512_set1_pd(*x); }
   static V Zero() { return _mm512_setzero_pd(); }
   static V FnmAdd(V a, V b, V c) { return _mm512_fnmadd_pd(a, b, c); }
+  static V FmAdd(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  static V Add(V a, V b) { return _mm512_add_pd(a, b); }
+  static constexpr int kRegisters = 32;
 };
 
 #include "custom_ops/lowrank/cc/kernels/lowrank_cpu_panel.inc"
@@ -224,6 +278,29 @@ void ResidualRows(Isa isa, const Acc* m, const Acc* p, const Acc* packed, Acc* o
   (void)stream;
 #endif
   ResidualRowsGeneric(m, p, packed, out, rows, k, r, PanelWidth<Acc>(Isa::kGeneric), zero);
+}
+
+// The compensate op on `rows` rows with the loop of `isa` (see
+// CompensateRowsGeneric; qt from TransposeQ). stream: non-temporal stores of
+// m where its rows are 64-byte aligned.
+template <typename Acc>
+void CompensateRows(Isa isa, const Acc* g, const Acc* e, const Acc* qt, Acc* m_out, Acc* p,
+                    int64_t rows, int64_t k, int64_t r, bool add, bool store, bool stream = false) {
+#if TFCOMP_X86
+  if (isa == Isa::kAvx512) {
+    avx512::CompensateRows<typename IsaOps<Acc>::Avx512>(g, e, qt, m_out, p, rows, k, r, add, store,
+                                                         stream);
+    return;
+  }
+  if (isa == Isa::kAvx2) {
+    avx2::CompensateRows<typename IsaOps<Acc>::Avx2>(g, e, qt, m_out, p, rows, k, r, add, store,
+                                                     stream);
+    return;
+  }
+#else
+  (void)stream;
+#endif
+  CompensateRowsGeneric(g, e, qt, m_out, p, rows, k, r, add, store);
 }
 
 }  // namespace cpu

@@ -1,4 +1,4 @@
-// CUDA kernel of the low-rank residual and product ops and their launchers, on plain pointers
+// CUDA kernels of the low-rank residual, product and compensate ops and their launchers, on plain pointers
 // and a stream: no TensorFlow, no Eigen. Included by lowrank_kernels.cu.cc (T =
 // Eigen::half, Eigen::bfloat16, float, double) and by the standalone test
 // cuda_test/lowrank_core_test.cu (T = __half, float, double). Every element is
@@ -117,6 +117,75 @@ template <typename T>
 cudaError_t LaunchLowRankProduct(const T* p, const T* q, int64_t n, int64_t k, int64_t r, T* out,
                                  cudaStream_t stream) {
   return LaunchLowRank<T>(nullptr, p, q, n, k, r, out, /*product=*/true, stream);
+}
+
+// The compensate op (lowrank_core.h): a block is kCompensateRows rows of
+// kDotLanes threads, thread l of a row walking the row's columns l, l + 16, ...
+// (lane l of the reference): it writes m there and keeps the sums of up to
+// kCompensateRanks ranks, which the row's 16 threads then add by shuffles in
+// the reference's order (lane l takes lane l + 8, then l + 4, l + 2, l + 1).
+// More ranks take further passes over the row, which only the first writes.
+constexpr int kCompensateRows = 16;
+constexpr int kCompensateRanks = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kCompensateRows* kDotLanes)
+    LowRankCompensateKernel(const T* __restrict__ g, const T* __restrict__ e,
+                            const T* __restrict__ q, int64_t n, int64_t k, int64_t r,
+                            T* __restrict__ m, T* __restrict__ p) {
+  const int lane = threadIdx.x;
+  // The 16 threads of a row: half of a warp, which rows past n leave together.
+  const unsigned mask = 0xffffu << (16 * (threadIdx.y & 1));
+  const int64_t padded = (k + kDotLanes - 1) / kDotLanes * kDotLanes;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kCompensateRows + threadIdx.y; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kCompensateRows) {
+    for (int64_t j0 = 0; j0 < r || j0 == 0; j0 += kCompensateRanks) {  // r == 0 still writes m
+      const int ranks = r - j0 < kCompensateRanks ? static_cast<int>(r - j0) : kCompensateRanks;
+      Acc<T> s[kCompensateRanks];
+#pragma unroll
+      for (int a = 0; a < kCompensateRanks; ++a) s[a] = Acc<T>(0);
+      for (int64_t c = lane; c < padded; c += kDotLanes) {
+        Acc<T> mv = Acc<T>(0);
+        if (c < k) {
+          const T value = CompensatedElement(g[i * k + c], e[i * k + c]);
+          if (j0 == 0) m[i * k + c] = value;
+          mv = static_cast<Acc<T>>(value);
+        }
+#pragma unroll
+        for (int a = 0; a < kCompensateRanks; ++a) {
+          if (a < ranks) {
+            const Acc<T> qv = c < k ? static_cast<Acc<T>>(q[c * r + j0 + a]) : Acc<T>(0);
+            s[a] = FusedMulAdd(mv, qv, s[a]);
+          }
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kCompensateRanks; ++a) {
+        if (a < ranks) {
+          Acc<T> v = s[a];
+          for (int offset = kDotLanes / 2; offset >= 1; offset /= 2) {
+            v = v + __shfl_down_sync(mask, v, offset, kDotLanes);
+          }
+          if (lane == 0) p[i * r + j0 + a] = static_cast<T>(v);
+        }
+      }
+      if (r == 0) break;
+    }
+  }
+}
+
+// m[n, k] = g + e and p[n, r] = m q[k, r] on the stream (CompensatedElement,
+// CompensatedProductElement); m is neither g nor e. Returns the launch error.
+template <typename T>
+cudaError_t LaunchLowRankCompensate(const T* g, const T* e, const T* q, int64_t n, int64_t k,
+                                    int64_t r, T* m, T* p, cudaStream_t stream) {
+  if (n > 0) {
+    const int64_t blocks = (n + kCompensateRows - 1) / kCompensateRows;
+    const unsigned int grid = static_cast<unsigned int>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
+    LowRankCompensateKernel<T><<<grid, dim3(kDotLanes, kCompensateRows), 0, stream>>>(g, e, q, n, k, r,
+                                                                                      m, p);
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace cuda

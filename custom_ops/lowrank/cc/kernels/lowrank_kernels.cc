@@ -1,4 +1,4 @@
-// Low-rank residual and product op kernels: argument checks, the CPU functor, and the
+// Low-rank residual, product and compensate op kernels: argument checks, the CPU functor, and the
 // registrations for CPU (always) and GPU (when built with GOOGLE_CUDA).
 #define EIGEN_USE_THREADS
 #include "lowrank_kernels.h"
@@ -103,6 +103,55 @@ struct LowRankProduct<CPUDevice, T> {
   }
 };
 
+template <typename T>
+struct LowRankCompensate<CPUDevice, T> {
+  void operator()(OpKernelContext* ctx, const T* g, const T* e, const T* q, int64_t n, int64_t k,
+                  int64_t r, T* m, T* p) {
+    using Acc = typename Accumulator<T>::type;
+    namespace cpu = lowrank::cpu;
+    const cpu::Isa isa = cpu::BestIsa();
+    const int64_t padded = cpu::PaddedColumns(k);
+    Tensor qt_tensor;  // q transposed and padded, r * k elements: small next to g
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<Acc>::value,
+                                           TensorShape({std::max<int64_t>(1, r * padded)}),
+                                           &qt_tensor));
+    Acc* qt = qt_tensor.flat<Acc>().data();
+    ShardCpu(ctx, r, 2 * padded + 1, [&](int64_t begin, int64_t end) {
+      cpu::TransposeQ(q, k, r, begin, end, qt);
+    });
+    // Blocks of kRowBlock rows; an element costs two loads, a store and r / 8 vector FMAs.
+    const int64_t blocks = (n + cpu::kRowBlock - 1) / cpu::kRowBlock;
+    const int64_t cost = cpu::kRowBlock * (k + 1) * (5 + r / 2);
+    if constexpr (std::is_same_v<T, Acc>) {
+      const bool stream = n * k * static_cast<int64_t>(sizeof(T)) >= cpu::kStreamingBytes;
+      ShardCpu(ctx, blocks, cost, [&](int64_t begin, int64_t end) {
+        const int64_t first = begin * cpu::kRowBlock;
+        const int64_t last = std::min(n, end * cpu::kRowBlock);
+        cpu::CompensateRows(isa, g + first * k, e + first * k, qt, m + first * k, p + first * r,
+                            last - first, k, r, /*add=*/true, /*store=*/true, stream);
+      });
+    } else {
+      // float16 / bfloat16: m rounded to T and written, then summed in float from a copy.
+      ShardCpu(ctx, blocks, cost, [&](int64_t begin, int64_t end) {
+        std::vector<Acc> rows(cpu::kRowBlock * k), p_rows(cpu::kRowBlock * r);
+        for (int64_t block = begin; block < end; ++block) {
+          const int64_t first = block * cpu::kRowBlock;
+          const int64_t count = std::min<int64_t>(cpu::kRowBlock, n - first);
+          for (int64_t x = 0; x < count * k; ++x) {
+            const T value = lowrank::CompensatedElement(g[first * k + x], e[first * k + x]);
+            m[first * k + x] = value;
+            rows[x] = static_cast<Acc>(value);
+          }
+          cpu::CompensateRows(isa, rows.data(), static_cast<const Acc*>(nullptr), qt,
+                              static_cast<Acc*>(nullptr), p_rows.data(), count, k, r,
+                              /*add=*/false, /*store=*/false);
+          for (int64_t x = 0; x < count * r; ++x) p[first * r + x] = static_cast<T>(p_rows[x]);
+        }
+      });
+    }
+  }
+};
+
 }  // namespace functor
 
 namespace {
@@ -172,11 +221,48 @@ class LowRankProductOp : public OpKernel {
   }
 };
 
-#define TFCOMP_REGISTER_LOWRANK_KERNEL(DEVICE, DEVICE_TYPE, T)                              \
-  REGISTER_KERNEL_BUILDER(Name("TfcompLowRankResidual").Device(DEVICE).TypeConstraint<T>("T"), \
-                          LowRankResidualOp<DEVICE_TYPE, T>);                                 \
-  REGISTER_KERNEL_BUILDER(Name("TfcompLowRankProduct").Device(DEVICE).TypeConstraint<T>("T"),  \
-                          LowRankProductOp<DEVICE_TYPE, T>);
+template <typename Device, typename T>
+class LowRankCompensateOp : public OpKernel {
+ public:
+  explicit LowRankCompensateOp(OpKernelConstruction* c) : OpKernel(c) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& g = ctx->input(0);
+    const Tensor& e = ctx->input(1);
+    const Tensor& q = ctx->input(2);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(g.shape()),
+                InvalidArgument("g must be a matrix [n, k] (rank 2), got shape ",
+                                g.shape().DebugString()));
+    OP_REQUIRES(ctx, e.shape() == g.shape(),
+                InvalidArgument("e must have g's shape: g is ", g.shape().DebugString(),
+                                " but e is ", e.shape().DebugString()));
+    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(q.shape()),
+                InvalidArgument("q must be a matrix [k, r] (rank 2), got shape ",
+                                q.shape().DebugString()));
+    const int64_t n = g.dim_size(0), k = g.dim_size(1), r = q.dim_size(1);
+    OP_REQUIRES(ctx, q.dim_size(0) == k,
+                InvalidArgument("q must have one row per column of g: g is ",
+                                g.shape().DebugString(), " (k = ", k, ") but q is ",
+                                q.shape().DebugString()));
+    // m in a buffer of its own: a rank block after the first reads g and e again.
+    Tensor* m = nullptr;
+    Tensor* p = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, g.shape(), &m));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, r}), &p));
+    if (n == 0 || (r == 0 && k == 0)) return;  // k == 0 alone still writes p: sums of no columns, +0
+    functor::LowRankCompensate<Device, T>()(ctx, g.flat<T>().data(), e.flat<T>().data(),
+                                            q.flat<T>().data(), n, k, r, m->flat<T>().data(),
+                                            p->flat<T>().data());
+  }
+};
+
+#define TFCOMP_REGISTER_LOWRANK_KERNEL(DEVICE, DEVICE_TYPE, T)                                \
+  REGISTER_KERNEL_BUILDER(Name("TfcompLowRankResidual").Device(DEVICE).TypeConstraint<T>("T"),   \
+                          LowRankResidualOp<DEVICE_TYPE, T>);                                   \
+  REGISTER_KERNEL_BUILDER(Name("TfcompLowRankProduct").Device(DEVICE).TypeConstraint<T>("T"),    \
+                          LowRankProductOp<DEVICE_TYPE, T>);                                    \
+  REGISTER_KERNEL_BUILDER(Name("TfcompLowRankCompensate").Device(DEVICE).TypeConstraint<T>("T"), \
+                          LowRankCompensateOp<DEVICE_TYPE, T>);
 
 #define TFCOMP_REGISTER_LOWRANK_TYPES(DEVICE, DEVICE_TYPE)              \
   TFCOMP_REGISTER_LOWRANK_KERNEL(DEVICE, DEVICE_TYPE, Eigen::half)      \

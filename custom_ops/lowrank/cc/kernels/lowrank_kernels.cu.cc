@@ -1,4 +1,4 @@
-// GPU functors of the low-rank residual and product ops: the kernel of
+// GPU functors of the low-rank residual, product and compensate ops: the kernel of
 // lowrank_cuda_kernels.cu.h, launched on the op's stream. The OpKernel and its
 // GPU registrations are in lowrank_kernels.cc.
 #if GOOGLE_CUDA
@@ -33,6 +33,15 @@ struct LowRankProduct<GPUDevice, T> {
   }
 };
 
+template <typename T>
+struct LowRankCompensate<GPUDevice, T> {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* g, const T* e, const T* q, int64_t n,
+                  int64_t k, int64_t r, T* m, T* p) {
+    CheckLaunch(ctx, lowrank::cuda::LaunchLowRankCompensate(g, e, q, n, k, r, m, p, StreamOf(ctx)),
+                "LowRankCompensate");
+  }
+};
+
 template struct LowRankResidual<GPUDevice, Eigen::half>;
 template struct LowRankResidual<GPUDevice, Eigen::bfloat16>;
 template struct LowRankResidual<GPUDevice, float>;
@@ -41,6 +50,10 @@ template struct LowRankProduct<GPUDevice, Eigen::half>;
 template struct LowRankProduct<GPUDevice, Eigen::bfloat16>;
 template struct LowRankProduct<GPUDevice, float>;
 template struct LowRankProduct<GPUDevice, double>;
+template struct LowRankCompensate<GPUDevice, Eigen::half>;
+template struct LowRankCompensate<GPUDevice, Eigen::bfloat16>;
+template struct LowRankCompensate<GPUDevice, float>;
+template struct LowRankCompensate<GPUDevice, double>;
 
 }  // namespace functor
 }  // namespace tfcomp

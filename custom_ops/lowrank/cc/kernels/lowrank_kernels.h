@@ -1,4 +1,4 @@
-// Device-dispatched functors of the low-rank residual and product ops; CPU in
+// Device-dispatched functors of the low-rank residual, product and compensate ops; CPU in
 // lowrank_kernels.cc (the loops of lowrank_cpu.h), GPU in lowrank_kernels.cu.cc
 // (lowrank_cuda_kernels.cu.h), both on the per-element logic of lowrank_core.h.
 #ifndef TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_KERNELS_H_
@@ -28,6 +28,14 @@ template <typename Device, typename T>
 struct LowRankProduct {
   void operator()(tensorflow::OpKernelContext* ctx, const T* p, const T* q, int64_t n, int64_t k,
                   int64_t r, T* out);
+};
+
+// m[n, k] = g + e and p[n, r] = m q[k, r], row-major, n, k >= 1, r >= 0
+// (CompensatedElement, CompensatedProductElement). m is neither g nor e.
+template <typename Device, typename T>
+struct LowRankCompensate {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* g, const T* e, const T* q, int64_t n,
+                  int64_t k, int64_t r, T* m, T* p);
 };
 
 }  // namespace functor

@@ -1,4 +1,4 @@
-// Registration of the low-rank residual and product ops: signatures and shape functions.
+// Registration of the low-rank residual, product and compensate ops: signatures and shape functions.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -79,6 +79,39 @@ The estimate of low-rank compression (PowerSGD, ACP-SGD): product = p q^T for
 p [n, r], q [k, r], written once. Element (i, c) starts at +0 and takes
 fma(p[i, j], q[c, j], .) for j = 0 .. r-1 in order (in float for half and
 bfloat16), so every device and thread count gives the same bits.
+)doc");
+
+REGISTER_OP("TfcompLowRankCompensate")
+    .Input("g: T")
+    .Input("e: T")
+    .Input("q: T")
+    .Output("m: T")
+    .Output("p: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle g, e, q;
+      TF_RETURN_IF_ERROR(WithMatrix(c, 0, "g must be a matrix [n, k]", &g));
+      TF_RETURN_IF_ERROR(WithMatrix(c, 2, "q must be a matrix [k, r]", &q));
+      const Status same = c->Merge(g, c->input(1), &e);
+      if (!same.ok()) {
+        return ::tensorflow::errors::InvalidArgument("e must have g's shape: ", same.message());
+      }
+      DimensionHandle k;
+      TF_RETURN_IF_ERROR(MergeDim(c, c->Dim(e, 1), c->Dim(q, 0),
+                                  "q must have one row per column of g", &k));
+      c->set_output(0, c->Matrix(c->Dim(e, 0), k));
+      c->set_output(1, c->Matrix(c->Dim(e, 0), c->Dim(q, 1)));
+      return Status();
+    })
+    .Doc(R"doc(
+The first pass of low-rank compression's encode (PowerSGD's P = M Q, ACP-SGD's
+even steps): the compensated gradient m = g + e (the gradient and the
+error-feedback residual, [n, k]) written once, and p = m q for q [k, r], in the
+same pass over g and e. Each p[i, j] sums its k products in 16 lanes (lane l
+takes columns l, l + 16, ... by fused multiply-add from +0, the columns padded
+with zeros to a multiple of 16), then adds the lanes pairwise (halves,
+quarters, eighths, the last two), in float for half and bfloat16, so every
+device and thread count gives the same bits.
 )doc");
 
 }  // namespace tfcomp

@@ -3,7 +3,11 @@
 // rounding bound, and every instruction-set loop this CPU runs (generic, AVX2,
 // AVX-512) against ResidualElement bit for bit, over ragged shapes (partial
 // panels, partial row blocks, r = 0), in place and with non-temporal stores;
-// the same loops from zero with -p against ProductElement (the product op).
+// the same loops from zero with -p against ProductElement (the product op);
+// CompensatedProductElement against a double-precision reference and its
+// documented lane order, and every compensate loop against it bit for bit
+// (ragged columns and ranks, NaN and Inf, -0 lanes, with and without the add,
+// the store and non-temporal stores).
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include "custom_ops/lowrank/cc/kernels/lowrank_core.h"
 
@@ -151,6 +155,60 @@ void CheckProductLoop(cpu::Isa isa, int64_t n, int64_t k, int64_t r, std::mt1993
   }
 }
 
+// The compensate loop of one instruction set against CompensatedElement and
+// CompensatedProductElement, bit for bit: m = g + e written (also with
+// non-temporal stores), and m read as given where there is no e (the float16
+// path: m rounded first, then summed).
+template <typename Acc>
+void CheckCompensateLoop(cpu::Isa isa, int64_t n, int64_t k, int64_t r, std::mt19937_64& rng,
+                         bool specials) {
+  auto g = Random<Acc>(n * k, rng), e = Random<Acc>(n * k, rng), q = Random<Acc>(k * r, rng);
+  if (specials && n * k > 3) {
+    const Acc inf = std::numeric_limits<Acc>::infinity(), nan = std::numeric_limits<Acc>::quiet_NaN();
+    g[1] = nan;                                  // a NaN row of p
+    e[n * k - 1] = -inf;                         // -Inf (or NaN) in the last row's p
+    g[0] = Acc(-0.0);                            // -0 + -0 = -0: the lanes' zeros
+    e[0] = Acc(-0.0);
+    if (r > 0) q[(k / 2) * r + r - 1] = inf;     // a column of q at Inf
+  }
+  std::vector<Acc> qt(cpu::PaddedColumns(k) * r, Acc(-7));
+  cpu::TransposeQ(q.data(), k, r, 0, r, qt.data());
+  std::vector<Acc> m(n * k, Acc(-3)), p(n * r, Acc(-5)), p_from_m(n * r, Acc(-5));
+  cpu::CompensateRows(isa, g.data(), e.data(), qt.data(), m.data(), p.data(), n, k, r,
+                      /*add=*/true, /*store=*/true);
+  std::vector<Acc> storage(n * k + 64 / sizeof(Acc), Acc(-3)), p_streamed(n * r, Acc(-5));
+  Acc* streamed = storage.data();
+  while (reinterpret_cast<uintptr_t>(streamed) % 64 != 0) ++streamed;
+  cpu::CompensateRows(isa, g.data(), e.data(), qt.data(), streamed, p_streamed.data(), n, k, r,
+                      /*add=*/true, /*store=*/true, /*stream=*/true);
+  cpu::CompensateRows(isa, m.data(), static_cast<const Acc*>(nullptr), qt.data(),
+                      static_cast<Acc*>(nullptr), p_from_m.data(), n, k, r, /*add=*/false,
+                      /*store=*/false);
+  int reported = 0;
+  const auto same = [](Acc a, Acc b) { return SameBits(a, b) || (std::isnan(a) && std::isnan(b)); };
+  for (int64_t x = 0; x < n * k; ++x) {
+    const Acc want = lr::CompensatedElement(g[x], e[x]);
+    if ((!same(m[x], want) || !same(streamed[x], want)) && reported++ < 3) {
+      CHECK(false) << cpu::IsaName(isa) << " compensated m " << Name<Acc>() << " " << n << "x" << k
+                   << " r=" << r << " at " << x << ": " << m[x] << " / " << streamed[x] << " vs "
+                   << want;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < r; ++j) {
+      const Acc want = lr::CompensatedProductElement(g.data(), e.data(), q.data(), i, j, k, r);
+      const Acc got = p[i * r + j];
+      const bool ok = same(got, want) && same(p_streamed[i * r + j], want) &&
+                      same(p_from_m[i * r + j], want);  // m holds g + e's very bits
+      if (!ok && reported++ < 3) {
+        CHECK(false) << cpu::IsaName(isa) << " compensated p " << Name<Acc>() << " " << n << "x"
+                     << k << " r=" << r << " at (" << i << ", " << j << "): " << got << " / "
+                     << p_streamed[i * r + j] << " / " << p_from_m[i * r + j] << " vs " << want;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -212,6 +270,42 @@ int main() {
       }
     }
   });
+  Case("element/compensated product vs double", [&] {
+    for (int64_t k : {1, 15, 16, 17, 100}) {
+      for (int64_t r : {1, 4}) {
+        const auto g = Random<float>(3 * k, rng), e = Random<float>(3 * k, rng), q = Random<float>(k * r, rng);
+        for (int64_t i = 0; i < 3; ++i) {
+          for (int64_t j = 0; j < r; ++j) {
+            double exact = 0, magnitude = 0;
+            for (int64_t c = 0; c < k; ++c) {
+              const double m = lr::CompensatedElement(g[i * k + c], e[i * k + c]);
+              exact += m * q[c * r + j];
+              magnitude += std::fabs(m * q[c * r + j]);
+            }
+            const double got = lr::CompensatedProductElement(g.data(), e.data(), q.data(), i, j, k, r);
+            // k / 16 fused steps per lane, then four additions: each rounds once.
+            const double steps = static_cast<double>((k + 15) / 16 + 4);
+            CHECK(std::fabs(got - exact) <= steps * 6e-8 * magnitude) << "k=" << k << " r=" << r;
+          }
+        }
+      }
+    }
+  });
+  Case("element/compensated product lane order", [] {
+    // Lanes 0 and 8 hold 1 and 2^-30 and lane 1 holds -1: the halves give
+    // (1 + 2^-30) = 1 in lane 0 (float), then 1 + -1 = 0. Summed in column
+    // order it would be (1 + -1) + 2^-30 = 2^-30.
+    float g[17] = {}, e[17] = {}, q[17];
+    for (float& x : q) x = 1.0f;
+    g[0] = 1.0f;
+    g[1] = -1.0f;
+    g[8] = std::ldexp(1.0f, -30);
+    CHECK(lr::CompensatedProductElement(g, e, q, 0, 0, 17, 1) == 0.0f);
+    // The padded columns take fma(0, 0, -0) = +0: a row of -0 products sums to +0.
+    float mz[3] = {-0.0f, -0.0f, -0.0f}, qz[3] = {1.0f, 1.0f, 1.0f}, ez[3] = {-0.0f, -0.0f, -0.0f};
+    const float zero = lr::CompensatedProductElement(mz, ez, qz, 0, 0, 3, 1);
+    CHECK(zero == 0.0f && !std::signbit(zero));
+  });
   std::printf("CPU: %s\n", cpu::IsaName(cpu::BestIsa()));
   for (cpu::Isa isa : {cpu::Isa::kGeneric, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
     if (!cpu::IsaSupported(isa)) {
@@ -245,6 +339,20 @@ int main() {
         for (int64_t n : {1, 4, 5, 9}) {
           for (int64_t k : {1, 4, 8, 9, 33, 70}) {
             for (int64_t r : {0, 1, 5, 32}) CheckProductLoop<double>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+      Case(name + "/compensate/float", [&] {
+        for (int64_t n : {1, 3, 5}) {
+          for (int64_t k : {1, 7, 8, 15, 16, 17, 31, 33, 64, 65, 130}) {
+            for (int64_t r : {0, 1, 2, 4, 5, 8, 9, 32}) CheckCompensateLoop<float>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+      Case(name + "/compensate/double", [&] {
+        for (int64_t n : {1, 3, 5}) {
+          for (int64_t k : {1, 4, 7, 8, 16, 17, 33, 70}) {
+            for (int64_t r : {0, 1, 2, 3, 5, 9}) CheckCompensateLoop<double>(isa, n, k, r, rng, specials);
           }
         }
       });
