@@ -5,7 +5,10 @@
 // order, in float for the 16-bit types; rounded to T); NaN and Inf
 // propagation; the argument errors of the kernel (placeholders of unknown
 // shape) and of the shape function (placeholders of known shape). The same for
-// TfcompLowRankProduct (acc = +0; acc = fma(p[i, j], q[c, j], acc)).
+// TfcompLowRankProduct (acc = +0; acc = fma(p[i, j], q[c, j], acc)), and for
+// TfcompLowRankCompensate (m = g + e rounded to T; p[i, j] summed in 16 lanes of
+// fma from +0 over the zero-padded columns, the lanes added pairwise) with its
+// kernel's argument errors.
 //
 // Usage: lowrank_ops_test path/to/_tfcomp_ops.so   (or TFCOMP_OPS_LIB=...)
 // Prints "N passed, M failed" and exits nonzero on a failure.
@@ -146,6 +149,34 @@ class ProductGraph : public OpGraph {
   }
 };
 
+// Placeholders g, e, q of unknown shape feeding one TfcompLowRankCompensate.
+class CompensateGraph : public OpGraph {
+ public:
+  TF_Output g, e, q, m, p;
+
+  explicit CompensateGraph(TF_DataType type) {
+    g = Placeholder(graph(), "g", type);
+    e = Placeholder(graph(), "e", type);
+    q = Placeholder(graph(), "q", type);
+    TF_OperationDescription* d = TF_NewOperation(graph(), "TfcompLowRankCompensate", "compensate");
+    for (const TF_Output& in : {g, e, q}) TF_AddInput(d, in);
+    TF_SetAttrType(d, "T", type);
+    TF_Status* s = TF_NewStatus();
+    TF_Operation* op = TF_FinishOperation(d, s);
+    Require(TakeStatus(s), "TfcompLowRankCompensate");
+    m = {op, 0};
+    p = {op, 1};
+  }
+
+  Status Run(Tensor g_value, Tensor e_value, Tensor q_value, std::vector<Tensor>* outputs) {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(g, std::move(g_value));
+    feeds.emplace_back(e, std::move(e_value));
+    feeds.emplace_back(q, std::move(q_value));
+    return OpGraph::Run(std::move(feeds), {m, p}, outputs);
+  }
+};
+
 // ---- Values and references -------------------------------------------------------
 
 // Magnitudes in [2^-5, 2^3), either sign, 8 significant bits: exact in every
@@ -176,6 +207,22 @@ typename Tr::S DocumentedProduct(const std::vector<typename Tr::S>& p, const std
   typename Tr::Acc acc = 0;
   for (int64_t j = 0; j < r; ++j) acc = std::fma(Tr::ToAcc(p[i * r + j]), Tr::ToAcc(q[c * r + j]), acc);
   return Tr::FromAcc(acc);
+}
+
+// p[i, j] of the compensate op as documented, from m as the op wrote it.
+template <typename Tr>
+typename Tr::S DocumentedCompensated(const std::vector<typename Tr::S>& m,
+                                     const std::vector<typename Tr::S>& q, int64_t i, int64_t j,
+                                     int64_t k, int64_t r) {
+  typename Tr::Acc lanes[16] = {};
+  for (int64_t c = 0; c < (k + 15) / 16 * 16; ++c) {
+    const typename Tr::Acc mv = c < k ? Tr::ToAcc(m[i * k + c]) : 0, qv = c < k ? Tr::ToAcc(q[c * r + j]) : 0;
+    lanes[c % 16] = std::fma(mv, qv, lanes[c % 16]);
+  }
+  for (int half = 8; half >= 1; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] = lanes[l] + lanes[l + half];
+  }
+  return Tr::FromAcc(lanes[0]);
 }
 
 struct Problem {
@@ -291,6 +338,48 @@ void CheckProduct(ProductGraph& graph, const Problem& pr, std::mt19937_64& rng) 
   }
 }
 
+// The compensate op against the documented evaluation, bit for bit: m = g + e (in Acc,
+// rounded to T), p from that m; NaN in g reaches its row of p.
+template <typename Tr>
+void CheckCompensate(CompensateGraph& graph, const Problem& pr, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  const int64_t n = pr.n, k = pr.k, r = pr.r;
+  auto g = RandomValues<Tr>(n * k, rng);
+  const auto e = RandomValues<Tr>(n * k, rng), q = RandomValues<Tr>(k * r, rng);
+  if (n > 1 && k > 1) g[(n - 1) * k + 1] = Tr::FromDouble(std::numeric_limits<double>::quiet_NaN());
+  std::vector<Tensor> out;
+  const Status s = graph.Run(MakeTensor(Tr::kType, {n, k}, g), MakeTensor(Tr::kType, {n, k}, e),
+                             MakeTensor(Tr::kType, {k, r}, q), &out);
+  CHECK(s.ok()) << Describe(pr) << ": " << s.message;
+  if (!s.ok()) return;
+  CHECK((Shape(out[0]) == std::vector<int64_t>{n, k} && Shape(out[1]) == std::vector<int64_t>{n, r}))
+      << Describe(pr) << ": output shapes";
+  const std::vector<S> m = Values<S>(out[0]), p = Values<S>(out[1]);
+  if (static_cast<int64_t>(m.size()) != n * k || static_cast<int64_t>(p.size()) != n * r) return;
+  int reported = 0;
+  const auto same = [](S a, S b) {
+    return Bits(a) == Bits(b) || (std::isnan(Tr::ToAcc(a)) && std::isnan(Tr::ToAcc(b)));
+  };
+  for (int64_t x = 0; x < n * k; ++x) {
+    const S want = Tr::FromAcc(Tr::ToAcc(g[x]) + Tr::ToAcc(e[x]));
+    if (!same(m[x], want) && reported++ < 3) {
+      CHECK(false) << Tr::kName << " compensate m " << Describe(pr) << " at " << x << ": bits 0x"
+                   << std::hex << Bits(m[x]) << " != 0x" << Bits(want);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < r; ++j) {
+      const S want = DocumentedCompensated<Tr>(m, q, i, j, k, r);
+      const bool nan_row = n > 1 && k > 1 && i == n - 1;
+      if ((!same(p[i * r + j], want) || (nan_row && !std::isnan(Tr::ToAcc(p[i * r + j])))) &&
+          reported++ < 3) {
+        CHECK(false) << Tr::kName << " compensate p " << Describe(pr) << " at (" << i << ", " << j
+                     << "): bits 0x" << std::hex << Bits(p[i * r + j]) << " != 0x" << Bits(want);
+      }
+    }
+  }
+}
+
 const Problem kProblems[] = {{1, 1, 1},   {7, 5, 2},   {256, 256, 4}, {300, 17, 32}, {65, 130, 64},
                              {9, 33, 1},  {4, 3, 0},   {0, 5, 2},     {5, 0, 2},     {0, 0, 0},
                              {1023, 97, 8},
@@ -310,6 +399,35 @@ void TestDtype() {
     Case(std::string("product/") + Tr::kName + "/" + Describe(pr),
          [&] { CheckProduct<Tr>(product, pr, rng); });
   }
+  CompensateGraph compensate(Tr::kType);
+  for (const Problem& pr : kProblems) {
+    Case(std::string("compensate/") + Tr::kName + "/" + Describe(pr),
+         [&] { CheckCompensate<Tr>(compensate, pr, rng); });
+  }
+}
+
+void TestCompensateErrors() {
+  CompensateGraph graph(TF_FLOAT);
+  auto run = [&](std::vector<int64_t> g_dims, std::vector<int64_t> e_dims, std::vector<int64_t> q_dims) {
+    auto filled = [](const std::vector<int64_t>& dims) {
+      int64_t count = 1;
+      for (int64_t d : dims) count *= d;
+      return MakeTensor(TF_FLOAT, dims, std::vector<float>(count, 1.0f));
+    };
+    std::vector<Tensor> out;
+    return graph.Run(filled(g_dims), filled(e_dims), filled(q_dims), &out);
+  };
+  Case("compensate errors/kernel", [&] {
+    CheckError(run({6}, {6}, {6, 2}), "g must be a matrix [n, k] (rank 2), got shape [6]");
+    CheckError(run({4, 3}, {3, 4}, {3, 2}), "e must have g's shape: g is [4,3] but e is [3,4]");
+    CheckError(run({4, 3}, {4, 3}, {3}), "q must be a matrix [k, r] (rank 2), got shape [3]");
+    CheckError(run({4, 3}, {4, 3}, {2, 2}), "q must have one row per column of g: g is [4,3] (k = 3) but q is [2,2]");
+    for (const auto& dims : std::vector<std::vector<std::vector<int64_t>>>{
+             {{4, 3}, {4, 3}, {3, 2}}, {{0, 3}, {0, 3}, {3, 2}}, {{4, 0}, {4, 0}, {0, 2}}, {{4, 3}, {4, 3}, {3, 0}}}) {
+      const Status s = run(dims[0], dims[1], dims[2]);
+      CHECK(s.ok()) << s.message;
+    }
+  });
 }
 
 // The shape function's verdict when `add` puts the op on float placeholders of the
@@ -469,5 +587,6 @@ int main(int argc, char** argv) {
   TestDtype<BFloat16>();
   TestErrors();
   TestProductErrors();
+  TestCompensateErrors();
   return tfcomp::testing::Summary();
 }
