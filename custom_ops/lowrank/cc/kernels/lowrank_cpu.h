@@ -104,12 +104,12 @@ void TransposeQ(const T* q, int64_t k, int64_t r, int64_t rank_begin, int64_t ra
   }
 }
 
-// The compensate op on `rows` rows (lowrank_core.h): m = g + e (add; else m = g,
-// e not read) written to m_out (store; else not written), and p[rows, r] =
+// The compensate op on `rows` rows (lowrank_core.h): m = g + e written to m_out
+// (add; else m = g, e and m_out not touched), and p[rows, r] =
 // m qt^T summed in kDotLanes lanes. Any instruction set; the reference's order.
 template <typename Acc>
 void CompensateRowsGeneric(const Acc* g, const Acc* e, const Acc* qt, Acc* m_out, Acc* p,
-                           int64_t rows, int64_t k, int64_t r, bool add, bool store) {
+                           int64_t rows, int64_t k, int64_t r, bool add) {
   const int64_t padded = PaddedColumns(k);
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < r; ++j) {
@@ -119,14 +119,14 @@ void CompensateRowsGeneric(const Acc* g, const Acc* e, const Acc* qt, Acc* m_out
         Acc m = Acc(0);
         if (c < k) {
           m = add ? g[i * k + c] + e[i * k + c] : g[i * k + c];
-          if (store && j == 0) m_out[i * k + c] = m;
+          if (add && j == 0) m_out[i * k + c] = m;
         }
         s[c % kDotLanes] = FusedMulAdd(m, qt[j * padded + c], s[c % kDotLanes]);
       }
       p[i * r + j] = SumLanes(s);
     }
-    if (store && r == 0) {
-      for (int64_t c = 0; c < k; ++c) m_out[i * k + c] = add ? g[i * k + c] + e[i * k + c] : g[i * k + c];
+    if (add && r == 0) {
+      for (int64_t c = 0; c < k; ++c) m_out[i * k + c] = g[i * k + c] + e[i * k + c];
     }
   }
 }
@@ -285,22 +285,20 @@ void ResidualRows(Isa isa, const Acc* m, const Acc* p, const Acc* packed, Acc* o
 // m where its rows are 64-byte aligned.
 template <typename Acc>
 void CompensateRows(Isa isa, const Acc* g, const Acc* e, const Acc* qt, Acc* m_out, Acc* p,
-                    int64_t rows, int64_t k, int64_t r, bool add, bool store, bool stream = false) {
+                    int64_t rows, int64_t k, int64_t r, bool add, bool stream = false) {
 #if TFCOMP_X86
   if (isa == Isa::kAvx512) {
-    avx512::CompensateRows<typename IsaOps<Acc>::Avx512>(g, e, qt, m_out, p, rows, k, r, add, store,
-                                                         stream);
+    avx512::CompensateRows<typename IsaOps<Acc>::Avx512>(g, e, qt, m_out, p, rows, k, r, add, stream);
     return;
   }
   if (isa == Isa::kAvx2) {
-    avx2::CompensateRows<typename IsaOps<Acc>::Avx2>(g, e, qt, m_out, p, rows, k, r, add, store,
-                                                     stream);
+    avx2::CompensateRows<typename IsaOps<Acc>::Avx2>(g, e, qt, m_out, p, rows, k, r, add, stream);
     return;
   }
 #else
   (void)stream;
 #endif
-  CompensateRowsGeneric(g, e, qt, m_out, p, rows, k, r, add, store);
+  CompensateRowsGeneric(g, e, qt, m_out, p, rows, k, r, add);
 }
 
 }  // namespace cpu

@@ -128,7 +128,7 @@ struct LowRankCompensate<CPUDevice, T> {
         const int64_t first = begin * cpu::kRowBlock;
         const int64_t last = std::min(n, end * cpu::kRowBlock);
         cpu::CompensateRows(isa, g + first * k, e + first * k, qt, m + first * k, p + first * r,
-                            last - first, k, r, /*add=*/true, /*store=*/true, stream);
+                            last - first, k, r, /*add=*/true, stream);
       });
     } else {
       // float16 / bfloat16: m rounded to T and written, then summed in float from a copy.
@@ -144,7 +144,7 @@ struct LowRankCompensate<CPUDevice, T> {
           }
           cpu::CompensateRows(isa, rows.data(), static_cast<const Acc*>(nullptr), qt,
                               static_cast<Acc*>(nullptr), p_rows.data(), count, k, r,
-                              /*add=*/false, /*store=*/false);
+                              /*add=*/false);
           for (int64_t x = 0; x < count * r; ++x) p[first * r + x] = static_cast<T>(p_rows[x]);
         }
       });
