@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from tfcomp import ops
 from tests.ops import threaded
+from tests.ops.gpu import ON_GPU
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -173,9 +174,7 @@ def test_no_gradient_is_registered():
     assert tape.gradient(out, m) is None
 
 
-@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
-                    reason="no GPU on this machine: the CUDA kernel is compared with the CPU "
-                           "reference by tools/cuda_check.sh's standalone test on a GPU machine")
+@ON_GPU
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("n, k, r", SHAPES + [(65, 130, 64), (2000, 3, 33)])
 def test_gpu_kernel_matches_cpu_bit_for_bit(n, k, r, dtype):
@@ -305,9 +304,7 @@ def test_product_same_bits_on_any_thread_count(tmp_path):
     assert len({threaded.run(tmp_path, _PRODUCT_WITH_THREADS, threads) for threads in (1, 2, 3)}) == 1
 
 
-@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
-                    reason="no GPU on this machine: the CUDA kernel is compared with the CPU "
-                           "reference by tools/cuda_check.sh's standalone test on a GPU machine")
+@ON_GPU
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("n, k, r", SHAPES + [(65, 130, 64), (2000, 3, 33)])
 def test_product_gpu_kernel_matches_cpu_bit_for_bit(n, k, r, dtype):

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tfcomp import ops
 from tests.ops import threaded
+from tests.ops.gpu import ON_GPU
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -197,9 +198,7 @@ def test_select_largest_property(data):
     assert (np.diff(valid) > 0).all() and (indices.numpy()[len(valid):] == -1).all()
 
 
-@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
-                    reason="no GPU on this machine: the CUDA kernels are compared with the CPU "
-                           "core by tools/cuda_check.sh's standalone test on a GPU machine")
+@ON_GPU
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("n, capacity, threshold", [
     (0, 3, 0.0), (1, 1, 0.0), (33, 7, 0.0), (4097, 40, 0.5), ((1 << 20) + 3, 10486, 0.0),

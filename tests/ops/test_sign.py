@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from tfcomp import ops
 from tests.ops import threaded
+from tests.ops.gpu import ON_GPU
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -351,9 +352,7 @@ print(hashlib.sha256(b"".join(t.numpy().tobytes() for t in (words, scale, residu
     assert len(digests) == 1, digests
 
 
-@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"),
-                    reason="no GPU on this machine: the CUDA kernels are compared with the CPU "
-                           "reference by tools/cuda_check.sh's standalone test on a GPU machine")
+@ON_GPU
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("n", [0, 1, 33, 4097, (1 << 20) + 3])
 def test_gpu_kernels_match_cpu(n, dtype):
@@ -372,7 +371,7 @@ def test_gpu_kernels_match_cpu(n, dtype):
     assert gu.tobytes() == cu.tobytes() and gm.tobytes() == cm.tobytes()
 
 
-@pytest.mark.skipif(not tf.config.list_physical_devices("GPU"), reason="no GPU on this machine")
+@ON_GPU
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("n", [0, 1, 33, 4097, (1 << 20) + 3])
 def test_gpu_fused_kernels_match_cpu(n, dtype):
