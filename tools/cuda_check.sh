@@ -35,7 +35,8 @@ tf.load_op_library(sys.argv[1])
 floats = {tf.half, tf.bfloat16, tf.float32, tf.float64}
 sign_ops = ("TfcompSignPack", "TfcompSignEfPack", "TfcompSignUnpack", "TfcompSignMajority", "TfcompSignScaledSum")
 sparse_ops = ("TfcompHashSelect", "TfcompSparseDecode", "TfcompScaleAt", "TfcompSelectLargest")
-for op in sign_ops + ("TfcompSampledThreshold", "TfcompLowRankResidual", "TfcompLowRankProduct", "TfcompLowRankCompensate") + sparse_ops:
+lowrank_ops = ("TfcompLowRankResidual", "TfcompLowRankProduct", "TfcompLowRankCompensate", "TfcompLowRankProject")
+for op in sign_ops + ("TfcompSampledThreshold",) + lowrank_ops + sparse_ops:
     # One (T, Tindex) pair per GPU kernel; only the sparse ops have a Tindex.
     gpu_types = {tuple(tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name
                        for c in sorted(k.constraint, key=lambda c: c.name))

@@ -504,6 +504,23 @@ def test_lowrank_compensate(data):
         assert not np.signbit(got).any() and not got.any()
 
 
+@given(st.data())
+def test_lowrank_project(data):
+    dtype, n, k, r = draw_lowrank_shape(data)
+    n = data.draw(st.sampled_from([n, 255, 256, 257, 600]), "rows")  # within and across blocks of 256
+    m, p = (data.draw(arrays(dtype, shape=shape, values=lowrank_values(dtype), bound=16), name)
+            for shape, name in (((n, k), "m"), ((n, r), "p")))
+    q = ops.lowrank_project(m, p)
+    assert q.dtype == dtype and q.shape == (k, r)
+    with np.errstate(invalid="ignore", over="ignore"):
+        read_m, read_p = as_read(m).astype(np.float64), as_read(p).astype(np.float64)
+        exact, magnitude = read_m.T @ read_p, np.abs(read_m).T @ np.abs(read_p)
+    # up to 256 fused steps per block, one addition per block
+    got = assert_lowrank_arithmetic(q, exact, magnitude, dtype, steps=min(n, 256) + -(-n // 256))
+    if n == 0:  # no rows: +0 everywhere
+        assert not np.signbit(got).any() and not got.any()
+
+
 # --- malformed inputs ------------------------------------------------------------------------
 
 REFUSED = (tf.errors.InvalidArgumentError, ValueError, TypeError)
@@ -676,6 +693,13 @@ EAGER_CASES = [
     ("lowrank_compensate", lambda: L().tfcomp_low_rank_compensate(tf.zeros([2, 2]), tf.zeros([2, 2], tf.float64),
                                                                   tf.zeros([2, 1])),
      "expected to be a float tensor but is a double"),
+    ("lowrank_project", lambda: ops.lowrank_project(f32(6), f32(6, 2)), r"m must be a matrix \[n, k\] \(rank 2\)"),
+    ("lowrank_project", lambda: ops.lowrank_project(f32(4, 3), f32(4)), r"p must be a matrix \[n, r\] \(rank 2\)"),
+    ("lowrank_project", lambda: ops.lowrank_project(f32(4, 3), f32(5, 2)), "p must have one row per row of m"),
+    ("lowrank_project", lambda: ops.lowrank_project(f32(2, 2), np.zeros((2, 1))), "one dtype, got float32 and float64"),
+    ("lowrank_project", lambda: ops.lowrank_project(np.zeros((2, 2), np.int32), np.zeros((2, 1), np.int32)), FLOATS),
+    ("lowrank_project", lambda: L().tfcomp_low_rank_project(tf.zeros([2, 2]), tf.zeros([2, 1], tf.float64)),
+     "expected to be a float tensor but is a double"),
 ]
 
 
@@ -714,6 +738,7 @@ _scale_at32 = unknown_shapes(lambda x, i, f: ops.scale_at(x, i, f), "f32", "i32"
 _lowrank_residual = unknown_shapes(lambda m, p, q: ops.lowrank_residual(m, p, q), "f32", "f32", "f32")
 _lowrank_product = unknown_shapes(lambda p, q: ops.lowrank_product(p, q), "f32", "f32")
 _lowrank_compensate = unknown_shapes(lambda g, e, q: ops.lowrank_compensate(g, e, q), "f32", "f32", "f32")
+_lowrank_project = unknown_shapes(lambda m, p: ops.lowrank_project(m, p), "f32", "f32")
 one, n64 = np.float32(1), np.int64
 
 # The same kinds of mistakes inside a graph with unknown shapes: the kernels' own checks.
@@ -766,6 +791,9 @@ GRAPH_CASES = [
     ("lowrank_compensate", lambda: _lowrank_compensate(f32(4, 3), f32(4, 3), f32(3)), r"q must be a matrix \[k, r\]"),
     ("lowrank_compensate", lambda: _lowrank_compensate(f32(4, 3), f32(4, 3), f32(2, 2)),
      "q must have one row per column of g"),
+    ("lowrank_project", lambda: _lowrank_project(f32(6), f32(6, 2)), r"m must be a matrix \[n, k\]"),
+    ("lowrank_project", lambda: _lowrank_project(f32(4, 3), f32(4)), r"p must be a matrix \[n, r\]"),
+    ("lowrank_project", lambda: _lowrank_project(f32(4, 3), f32(5, 2)), "p must have one row per row of m"),
 ]
 
 
@@ -803,6 +831,7 @@ STATIC_CASES = [
     ("lowrank_compensate", ops.lowrank_compensate, (spec(4, 3), spec(4, 2), spec(3, 2)), "e must have g's shape"),
     ("lowrank_compensate", ops.lowrank_compensate, (spec(4, 3), spec(4, 3), spec(2, 2)),
      "q must have one row per column of g"),
+    ("lowrank_project", ops.lowrank_project, (spec(4, 3), spec(5, 2)), "p must have one row per row of m"),
 ]
 
 
@@ -824,7 +853,7 @@ def test_every_op_is_covered():
     and cast_divide's properties are in test_select.py and test_cast.py)."""
     names = {"sign_pack", "sign_ef_pack", "sign_unpack", "sign_majority", "sign_scaled_sum", "sampled_threshold",
              "hash_select", "select_largest", "sparse_decode", "scale_at", "cast_divide", "lowrank_residual",
-             "lowrank_product", "lowrank_compensate"}
+             "lowrank_product", "lowrank_compensate", "lowrank_project"}
     assert {case[0] for case in EAGER_CASES} == names
     assert {case[0] for case in GRAPH_CASES} == names
     library_ops = {name for name in dir(L()) if name.startswith("tfcomp_") and not name.endswith("_eager_fallback")}

@@ -20,7 +20,7 @@ op ops.lowrank_residual (one pass over M; 2.3x faster than the TF ops at
 4096^2, rank 4: benchmarks/results/lowrank_residual_bench.md), the estimate
 P Q^T that decompression hands on is ops.lowrank_product (written once), and
 M = G + E with P = M Q (PowerSGD, ACP-SGD's even steps) is one pass,
-ops.lowrank_compensate.
+ops.lowrank_compensate, and Q = M^T P another, ops.lowrank_project.
 
 Momentum: the optimizer's, after decompression (momentum=None, as in PowerSGD's
 paper). momentum="auto" takes it over as EFSignSGD and the sparsifiers do
@@ -52,9 +52,11 @@ def matrix_shape(shape):
 
 
 def project_columns(matrix, factor):
-    """M^T F for M (n x m, or a batch) and F (n x r): computed as (F^T M)^T, which reads
-    M row by row; TensorFlow's CPU matmul with transpose_a is 9x slower at 4096^2, rank 4
-    (8 against 70 ms, one thread)."""
+    """M^T F for M (n x m, or a batch) and F (n x r): ops.lowrank_project for one matrix (one
+    pass over M); for a batch (F^T M)^T, which reads M row by row (TensorFlow's CPU matmul
+    with transpose_a is 9x slower at 4096^2, rank 4: 8 against 70 ms, one thread)."""
+    if matrix.shape.rank == 2:
+        return ops.lowrank_project(matrix, factor)
     return tf.linalg.matrix_transpose(tf.matmul(factor, matrix, transpose_a=True))
 
 

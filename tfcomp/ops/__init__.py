@@ -9,8 +9,9 @@ slower code behind the user's back.
 Cast and divide in one pass (FP16, the dense mean): see cast_divide, and
 custom_ops/cast/cc/kernels/cast_core.h.
 
-The low-rank compressors' error feedback, estimate and first factor (PowerSGD,
-ACP-SGD): see lowrank_residual, lowrank_product and lowrank_compensate, and custom_ops/lowrank/cc/kernels/lowrank_core.h.
+The low-rank compressors' error feedback, estimate and factors (PowerSGD,
+ACP-SGD): see lowrank_residual, lowrank_product, lowrank_compensate and
+lowrank_project, and custom_ops/lowrank/cc/kernels/lowrank_core.h.
 
 Hashed selection and sparse decoding (DRAGONN): see hash_select and
 sparse_decode, and custom_ops/sparse/cc/kernels/sparse_core.h; scale_at is
@@ -51,12 +52,12 @@ import tfcomp.autograph  # noqa: F401  # pylint: disable=unused-import  # before
 
 from tfcomp.ops.loader import FLOAT_DTYPES, REBUILD_HINT, OpLibraryError, build_info, library, library_path
 from tfcomp.ops.cast import cast_divide
-from tfcomp.ops.lowrank import lowrank_compensate, lowrank_product, lowrank_residual
+from tfcomp.ops.lowrank import lowrank_compensate, lowrank_product, lowrank_project, lowrank_residual
 from tfcomp.ops.sign import sign_ef_pack, sign_majority, sign_pack, sign_scaled_sum, sign_unpack
 from tfcomp.ops.sparse import hash_select, index_dtype, sampled_threshold, scale_at, select_largest, sparse_decode
 
 __all__ = ["FLOAT_DTYPES", "REBUILD_HINT", "OpLibraryError", "build_info", "library", "library_path",
-           "cast_divide", "lowrank_compensate", "lowrank_product", "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack",
+           "cast_divide", "lowrank_compensate", "lowrank_product", "lowrank_project", "lowrank_residual", "sign_ef_pack", "sign_majority", "sign_pack",
            "sign_scaled_sum", "sign_unpack", "hash_select", "index_dtype", "sampled_threshold", "scale_at", "select_largest",
            "sparse_decode"]
 

@@ -6,7 +6,8 @@
 // than the grid has rows (the grid-stride loop); and the product kernel against
 // ProductElement the same way, and the compensate kernel against
 // CompensatedElement and CompensatedProductElement (ragged columns, ranks
-// across several passes, NaN and Inf, -0).
+// across several passes, NaN and Inf, -0), and the project kernel against
+// ProjectElement (row counts across the 256-row blocks, NaN and Inf).
 // Exit status: 0 pass, 1 failure, 77 no CUDA device (skip).
 #include <cmath>
 #include <cstdint>
@@ -133,6 +134,35 @@ void CheckCompensate(int64_t n, int64_t k, int64_t r, bool specials) {
 }
 
 template <typename T>
+void CheckProject(int64_t n, int64_t k, int64_t r, bool specials) {
+  std::vector<T> m = RandomValues<T>(n * k), p = RandomValues<T>(n * r);
+  if (specials && n * k > 2 && r > 0) {
+    m[1] = FromDouble<T>(std::nan(""));                                          // column 1: NaN
+    p[(n - 1) * r] = FromDouble<T>(std::numeric_limits<double>::infinity());      // rank 0: +-Inf
+  }
+  DeviceArray<T> d_m(m), d_p(p), d_q(k * r);
+  CHECK_CUDA(cu::LaunchLowRankProject(d_m.ptr, d_p.ptr, n, k, r, d_q.ptr, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const std::vector<T> q = d_q.Download(k * r);
+  int reported = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    for (int64_t j = 0; j < r; ++j) {
+      const T want = lr::ProjectElement(m.data(), p.data(), c, j, n, k, r), got = q[c * r + j];
+      const bool ok = SameBits(got, want) || (std::isnan(ToDouble(got)) && std::isnan(ToDouble(want)));
+      if (!ok) {
+        ++g_failures;
+        if (reported++ < 3) {
+          std::printf("FAIL %s project %lldx%lld r=%lld at (%lld, %lld): gpu %.17g, reference %.17g\n",
+                      TypeName<T>(), static_cast<long long>(n), static_cast<long long>(k),
+                      static_cast<long long>(r), static_cast<long long>(c), static_cast<long long>(j),
+                      ToDouble(got), ToDouble(want));
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
 void CheckType() {
   const int64_t shapes[][2] = {{1, 1}, {7, 5}, {31, 33}, {32, 32}, {33, 31}, {65, 130}, {300, 17},
                                {256, 256}, {1000, 3}};
@@ -148,12 +178,18 @@ void CheckType() {
     }
   }
   CheckCompensate<T>(3, 0, 4, false);  // sums of no columns: +0
+  for (int64_t n : {0, 1, 255, 256, 257, 600}) {  // across the 256-row blocks
+    for (int64_t r : {1, 4, 9}) {
+      CheckProject<T>(n, 70, r, false);
+      CheckProject<T>(n, 70, r, true);
+    }
+  }
   Check<T>(0, 5, 3, false, false);
   Check<T>(5, 0, 3, false, false);
   // More row tiles (65540) than a grid's 65535 rows: the grid-stride loop.
   Check<T>(cu::kMaxGridRows * cu::kTileRows + 100, 1, 2, false, false);
   CheckProduct<T>(cu::kMaxGridRows * cu::kTileRows + 100, 1, 2, false);
-  std::printf("%-6s low-rank residual, product and compensate: %s\n", TypeName<T>(), g_failures ? "FAILED" : "ok");
+  std::printf("%-6s low-rank residual, product, compensate and project: %s\n", TypeName<T>(), g_failures ? "FAILED" : "ok");
 }
 
 }  // namespace

@@ -43,6 +43,14 @@
 // s_l += s_{l+4} for l < 4, s_l += s_{l+2} for l < 2, and p = s_0 + s_1,
 // rounded to T. A padded column takes fma(0, 0, s_l), which turns a -0 lane
 // into +0, as the vector loops' zero-filled tails do.
+//
+// The project op is the other factor (PowerSGD's Q = M^T P, ACP-SGD's odd
+// steps): q[c, j] = sum_i m[i, c] p[i, j] for m [n, k] and p [n, r]. The rows
+// are cut into blocks of kProjectRows; block b's sum s_b starts at +0 and takes
+// s_b = fma(m[i, c], p[i, j], s_b) for its rows i in order, and q = s_0 + s_1 +
+// ... + s_last added left to right (+0 for n = 0), rounded to T. Blocks let
+// threads split a matrix of few columns while every device and thread count
+// still adds in one order.
 #ifndef TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CORE_H_
 #define TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_CORE_H_
 
@@ -140,6 +148,27 @@ TFCOMP_HOST_DEVICE inline T CompensatedProductElement(const T* g, const T* e, co
     s[c % kDotLanes] = FusedMulAdd(m, qv, s[c % kDotLanes]);
   }
   return static_cast<T>(SumLanes(s));
+}
+
+// Rows per block of the project op's sums (see above).
+constexpr int64_t kProjectRows = 256;
+
+// Element (c, j) of q = m^T p for row-major m [n, k] and p [n, r], as the
+// project op computes it (see above): the reference every kernel matches.
+template <typename T>
+TFCOMP_HOST_DEVICE inline T ProjectElement(const T* m, const T* p, int64_t c, int64_t j, int64_t n,
+                                           int64_t k, int64_t r) {
+  using Acc = typename Accumulator<T>::type;
+  Acc total = Acc(0);
+  for (int64_t first = 0; first < n; first += kProjectRows) {
+    const int64_t last = first + kProjectRows < n ? first + kProjectRows : n;
+    Acc s = Acc(0);
+    for (int64_t i = first; i < last; ++i) {
+      s = FusedMulAdd(static_cast<Acc>(m[i * k + c]), static_cast<Acc>(p[i * r + j]), s);
+    }
+    total = first == 0 ? s : total + s;
+  }
+  return static_cast<T>(total);
 }
 
 }  // namespace lowrank

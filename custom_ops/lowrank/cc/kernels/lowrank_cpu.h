@@ -131,6 +131,21 @@ void CompensateRowsGeneric(const Acc* g, const Acc* e, const Acc* qt, Acc* m_out
   }
 }
 
+// The project op's partial sum of one row block over columns [c0, c1): part[j * k
+// + c] = sum over rows [0, rows) of m[i, c] p[i, j] (m and p pointing at the
+// block's first row), fma from +0 row by row in order. Any instruction set.
+template <typename Acc>
+void ProjectBlockGeneric(const Acc* m, const Acc* p, Acc* part, int64_t rows, int64_t k,
+                         int64_t r, int64_t c0, int64_t c1) {
+  for (int64_t j = 0; j < r; ++j) {
+    for (int64_t c = c0; c < c1; ++c) {
+      Acc s = Acc(0);
+      for (int64_t i = 0; i < rows; ++i) s = FusedMulAdd(m[i * k + c], p[i * r + j], s);
+      part[j * k + c] = s;
+    }
+  }
+}
+
 #if TFCOMP_X86
 
 #pragma GCC push_options
@@ -299,6 +314,24 @@ void CompensateRows(Isa isa, const Acc* g, const Acc* e, const Acc* qt, Acc* m_o
   (void)stream;
 #endif
   CompensateRowsGeneric(g, e, qt, m_out, p, rows, k, r, add);
+}
+
+// The project op's partial sum of one row block (see ProjectBlockGeneric) with the
+// loop of `isa`.
+template <typename Acc>
+void ProjectBlock(Isa isa, const Acc* m, const Acc* p, Acc* part, int64_t rows, int64_t k,
+                  int64_t r, int64_t c0, int64_t c1) {
+#if TFCOMP_X86
+  if (isa == Isa::kAvx512) {
+    avx512::ProjectBlock<typename IsaOps<Acc>::Avx512>(m, p, part, rows, k, r, c0, c1);
+    return;
+  }
+  if (isa == Isa::kAvx2) {
+    avx2::ProjectBlock<typename IsaOps<Acc>::Avx2>(m, p, part, rows, k, r, c0, c1);
+    return;
+  }
+#endif
+  ProjectBlockGeneric(m, p, part, rows, k, r, c0, c1);
 }
 
 }  // namespace cpu

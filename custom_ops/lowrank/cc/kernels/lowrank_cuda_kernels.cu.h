@@ -1,4 +1,4 @@
-// CUDA kernels of the low-rank residual, product and compensate ops and their launchers, on plain pointers
+// CUDA kernels of the low-rank residual, product, compensate and project ops and their launchers, on plain pointers
 // and a stream: no TensorFlow, no Eigen. Included by lowrank_kernels.cu.cc (T =
 // Eigen::half, Eigen::bfloat16, float, double) and by the standalone test
 // cuda_test/lowrank_core_test.cu (T = __half, float, double). Every element is
@@ -184,6 +184,45 @@ cudaError_t LaunchLowRankCompensate(const T* g, const T* e, const T* q, int64_t 
     const unsigned int grid = static_cast<unsigned int>(blocks < (int64_t{1} << 30) ? blocks : (int64_t{1} << 30));
     LowRankCompensateKernel<T><<<grid, dim3(kDotLanes, kCompensateRows), 0, stream>>>(g, e, q, n, k, r,
                                                                                       m, p);
+  }
+  return cudaGetLastError();
+}
+
+// The project op (lowrank_core.h): a thread per element (c, j) of q, walking the
+// rows block by block in order; consecutive threads take consecutive columns, so
+// each row of m is read in coalesced runs (and again, from cache, per rank).
+constexpr int kProjectThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kProjectThreads)
+    LowRankProjectKernel(const T* __restrict__ m, const T* __restrict__ p, int64_t n, int64_t k,
+                         int64_t r, T* __restrict__ q) {
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kProjectThreads + threadIdx.x; c < k;
+       c += static_cast<int64_t>(gridDim.x) * kProjectThreads) {
+    for (int64_t j = blockIdx.y; j < r; j += gridDim.y) {
+      Acc<T> total = Acc<T>(0);
+      for (int64_t first = 0; first < n; first += kProjectRows) {
+        const int64_t last = first + kProjectRows < n ? first + kProjectRows : n;
+        Acc<T> s = Acc<T>(0);
+        for (int64_t i = first; i < last; ++i) {
+          s = FusedMulAdd(static_cast<Acc<T>>(m[i * k + c]), static_cast<Acc<T>>(p[i * r + j]), s);
+        }
+        total = first == 0 ? s : total + s;
+      }
+      q[c * r + j] = static_cast<T>(total);
+    }
+  }
+}
+
+// q[k, r] = m[n, k]^T p[n, r] on the stream (ProjectElement). Returns the launch error.
+template <typename T>
+cudaError_t LaunchLowRankProject(const T* m, const T* p, int64_t n, int64_t k, int64_t r, T* q,
+                                 cudaStream_t stream) {
+  if (k > 0 && r > 0) {
+    const int64_t col_blocks = (k + kProjectThreads - 1) / kProjectThreads;
+    const dim3 grid(static_cast<unsigned int>(col_blocks < (int64_t{1} << 30) ? col_blocks : (int64_t{1} << 30)),
+                    static_cast<unsigned int>(r < kMaxGridRows ? r : kMaxGridRows));
+    LowRankProjectKernel<T><<<grid, kProjectThreads, 0, stream>>>(m, p, n, k, r, q);
   }
   return cudaGetLastError();
 }

@@ -1,4 +1,4 @@
-// Low-rank residual, product and compensate op kernels: argument checks, the CPU functor, and the
+// Low-rank residual, product, compensate and project op kernels: argument checks, the CPU functor, and the
 // registrations for CPU (always) and GPU (when built with GOOGLE_CUDA).
 #define EIGEN_USE_THREADS
 #include "lowrank_kernels.h"
@@ -152,6 +152,64 @@ struct LowRankCompensate<CPUDevice, T> {
   }
 };
 
+template <typename T>
+struct LowRankProject<CPUDevice, T> {
+  void operator()(OpKernelContext* ctx, const T* m, const T* p, int64_t n, int64_t k, int64_t r,
+                  T* q) {
+    using Acc = typename Accumulator<T>::type;
+    namespace cpu = lowrank::cpu;
+    const cpu::Isa isa = cpu::BestIsa();
+    // Work items: a block of rows times a chunk of columns, whose partial sums (r x
+    // kColumns of Acc) stay in L1 while the block's rows stream through. float16 and
+    // bfloat16 take whole rows, converted to float once.
+    constexpr int64_t kColumns = 1024;
+    const int64_t blocks = (n + lowrank::kProjectRows - 1) / lowrank::kProjectRows;
+    const int64_t chunks = std::is_same_v<T, Acc> ? (k + kColumns - 1) / kColumns : 1;
+    const int64_t width = std::is_same_v<T, Acc> ? kColumns : k;
+    Tensor partial_tensor;  // [block][j][c]: r * k per block of rows, 1/64 of m at r = 4
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DataTypeToEnum<Acc>::value,
+                                           TensorShape({std::max<int64_t>(1, blocks * r * k)}),
+                                           &partial_tensor));
+    Acc* partials = partial_tensor.flat<Acc>().data();
+    ShardCpu(ctx, blocks * chunks, lowrank::kProjectRows * width * (2 + r), [&](int64_t begin, int64_t end) {
+      std::vector<Acc> rows_acc, p_acc;
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t block = item / chunks, chunk = item % chunks;
+        const int64_t first = block * lowrank::kProjectRows;
+        const int64_t rows = std::min(lowrank::kProjectRows, n - first);
+        const int64_t c0 = chunk * width, c1 = std::min(k, c0 + width);
+        Acc* part = partials + block * r * k;
+        if constexpr (std::is_same_v<T, Acc>) {
+          cpu::ProjectBlock(isa, m + first * k, p + first * r, part, rows, k, r, c0, c1);
+        } else {
+          rows_acc.resize(rows * k);
+          p_acc.resize(rows * r);
+          for (int64_t x = 0; x < rows * k; ++x) rows_acc[x] = static_cast<Acc>(m[first * k + x]);
+          for (int64_t x = 0; x < rows * r; ++x) p_acc[x] = static_cast<Acc>(p[first * r + x]);
+          cpu::ProjectBlock(isa, rows_acc.data(), p_acc.data(), part, rows, k, r, c0, c1);
+        }
+      }
+    });
+    // The blocks' sums added in block order, per element, each block's run of
+    // columns read in order.
+    ShardCpu(ctx, k, (blocks + 1) * r * 2, [&](int64_t begin, int64_t end) {
+      std::vector<Acc> total(end - begin);
+      for (int64_t j = 0; j < r; ++j) {
+        if (blocks == 0) std::fill(total.begin(), total.end(), Acc(0));
+        for (int64_t b = 0; b < blocks; ++b) {
+          const Acc* part = partials + (b * r + j) * k + begin;
+          if (b == 0) {
+            std::copy(part, part + (end - begin), total.begin());
+          } else {
+            for (int64_t c = 0; c < end - begin; ++c) total[c] = total[c] + part[c];
+          }
+        }
+        for (int64_t c = begin; c < end; ++c) q[c * r + j] = static_cast<T>(total[c - begin]);
+      }
+    });
+  }
+};
+
 }  // namespace functor
 
 namespace {
@@ -256,13 +314,41 @@ class LowRankCompensateOp : public OpKernel {
   }
 };
 
+template <typename Device, typename T>
+class LowRankProjectOp : public OpKernel {
+ public:
+  explicit LowRankProjectOp(OpKernelConstruction* c) : OpKernel(c) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& m = ctx->input(0);
+    const Tensor& p = ctx->input(1);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(m.shape()),
+                InvalidArgument("m must be a matrix [n, k] (rank 2), got shape ",
+                                m.shape().DebugString()));
+    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(p.shape()),
+                InvalidArgument("p must be a matrix [n, r] (rank 2), got shape ",
+                                p.shape().DebugString()));
+    const int64_t n = m.dim_size(0), k = m.dim_size(1), r = p.dim_size(1);
+    OP_REQUIRES(ctx, p.dim_size(0) == n,
+                InvalidArgument("p must have one row per row of m: m is ", m.shape().DebugString(),
+                                " (n = ", n, ") but p is ", p.shape().DebugString()));
+    Tensor* q = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k, r}), &q));
+    if (k == 0 || r == 0) return;
+    functor::LowRankProject<Device, T>()(ctx, m.flat<T>().data(), p.flat<T>().data(), n, k, r,
+                                         q->flat<T>().data());
+  }
+};
+
 #define TFCOMP_REGISTER_LOWRANK_KERNEL(DEVICE, DEVICE_TYPE, T)                                \
   REGISTER_KERNEL_BUILDER(Name("TfcompLowRankResidual").Device(DEVICE).TypeConstraint<T>("T"),   \
                           LowRankResidualOp<DEVICE_TYPE, T>);                                   \
   REGISTER_KERNEL_BUILDER(Name("TfcompLowRankProduct").Device(DEVICE).TypeConstraint<T>("T"),    \
                           LowRankProductOp<DEVICE_TYPE, T>);                                    \
   REGISTER_KERNEL_BUILDER(Name("TfcompLowRankCompensate").Device(DEVICE).TypeConstraint<T>("T"), \
-                          LowRankCompensateOp<DEVICE_TYPE, T>);
+                          LowRankCompensateOp<DEVICE_TYPE, T>);                                 \
+  REGISTER_KERNEL_BUILDER(Name("TfcompLowRankProject").Device(DEVICE).TypeConstraint<T>("T"),    \
+                          LowRankProjectOp<DEVICE_TYPE, T>);
 
 #define TFCOMP_REGISTER_LOWRANK_TYPES(DEVICE, DEVICE_TYPE)              \
   TFCOMP_REGISTER_LOWRANK_KERNEL(DEVICE, DEVICE_TYPE, Eigen::half)      \

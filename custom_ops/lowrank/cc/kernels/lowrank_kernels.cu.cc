@@ -1,4 +1,4 @@
-// GPU functors of the low-rank residual, product and compensate ops: the kernel of
+// GPU functors of the low-rank residual, product, compensate and project ops: the kernel of
 // lowrank_cuda_kernels.cu.h, launched on the op's stream. The OpKernel and its
 // GPU registrations are in lowrank_kernels.cc.
 #if GOOGLE_CUDA
@@ -42,6 +42,15 @@ struct LowRankCompensate<GPUDevice, T> {
   }
 };
 
+template <typename T>
+struct LowRankProject<GPUDevice, T> {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* m, const T* p, int64_t n, int64_t k,
+                  int64_t r, T* q) {
+    CheckLaunch(ctx, lowrank::cuda::LaunchLowRankProject(m, p, n, k, r, q, StreamOf(ctx)),
+                "LowRankProject");
+  }
+};
+
 template struct LowRankResidual<GPUDevice, Eigen::half>;
 template struct LowRankResidual<GPUDevice, Eigen::bfloat16>;
 template struct LowRankResidual<GPUDevice, float>;
@@ -54,6 +63,10 @@ template struct LowRankCompensate<GPUDevice, Eigen::half>;
 template struct LowRankCompensate<GPUDevice, Eigen::bfloat16>;
 template struct LowRankCompensate<GPUDevice, float>;
 template struct LowRankCompensate<GPUDevice, double>;
+template struct LowRankProject<GPUDevice, Eigen::half>;
+template struct LowRankProject<GPUDevice, Eigen::bfloat16>;
+template struct LowRankProject<GPUDevice, float>;
+template struct LowRankProject<GPUDevice, double>;
 
 }  // namespace functor
 }  // namespace tfcomp

@@ -1,4 +1,4 @@
-// Device-dispatched functors of the low-rank residual, product and compensate ops; CPU in
+// Device-dispatched functors of the low-rank residual, product, compensate and project ops; CPU in
 // lowrank_kernels.cc (the loops of lowrank_cpu.h), GPU in lowrank_kernels.cu.cc
 // (lowrank_cuda_kernels.cu.h), both on the per-element logic of lowrank_core.h.
 #ifndef TFCOMP_CUSTOM_OPS_LOWRANK_CC_KERNELS_LOWRANK_KERNELS_H_
@@ -36,6 +36,13 @@ template <typename Device, typename T>
 struct LowRankCompensate {
   void operator()(tensorflow::OpKernelContext* ctx, const T* g, const T* e, const T* q, int64_t n,
                   int64_t k, int64_t r, T* m, T* p);
+};
+
+// q[k, r] = m[n, k]^T p[n, r], row-major, k, r >= 1, n >= 0 (ProjectElement).
+template <typename Device, typename T>
+struct LowRankProject {
+  void operator()(tensorflow::OpKernelContext* ctx, const T* m, const T* p, int64_t n, int64_t k,
+                  int64_t r, T* q);
 };
 
 }  // namespace functor

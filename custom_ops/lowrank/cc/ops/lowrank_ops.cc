@@ -1,4 +1,4 @@
-// Registration of the low-rank residual, product and compensate ops: signatures and shape functions.
+// Registration of the low-rank residual, product, compensate and project ops: signatures and shape functions.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -112,6 +112,30 @@ takes columns l, l + 16, ... by fused multiply-add from +0, the columns padded
 with zeros to a multiple of 16), then adds the lanes pairwise (halves,
 quarters, eighths, the last two), in float for half and bfloat16, so every
 device and thread count gives the same bits.
+)doc");
+
+REGISTER_OP("TfcompLowRankProject")
+    .Input("m: T")
+    .Input("p: T")
+    .Output("q: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle m, p;
+      TF_RETURN_IF_ERROR(WithMatrix(c, 0, "m must be a matrix [n, k]", &m));
+      TF_RETURN_IF_ERROR(WithMatrix(c, 1, "p must be a matrix [n, r]", &p));
+      DimensionHandle n;
+      TF_RETURN_IF_ERROR(MergeDim(c, c->Dim(m, 0), c->Dim(p, 0),
+                                  "p must have one row per row of m", &n));
+      c->set_output(0, c->Matrix(c->Dim(m, 1), c->Dim(p, 1)));
+      return Status();
+    })
+    .Doc(R"doc(
+The other factor of low-rank compression (PowerSGD's Q = M^T P, ACP-SGD's odd
+steps): q = m^T p for m [n, k] and p [n, r], in one pass over m. The rows are
+cut into blocks of 256; each block's sum starts at +0 and takes
+fma(m[i, c], p[i, j], .) for its rows in order, and the blocks' sums are added
+in block order (in float for half and bfloat16), so every device and thread
+count gives the same bits.
 )doc");
 
 }  // namespace tfcomp

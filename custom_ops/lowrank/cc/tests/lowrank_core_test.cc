@@ -7,7 +7,8 @@
 // CompensatedProductElement against a double-precision reference and its
 // documented lane order, and every compensate loop against it bit for bit
 // (ragged columns and ranks, NaN and Inf, -0 lanes, with and without the add
-// and non-temporal stores).
+// and non-temporal stores); every project loop against ProjectElement, block
+// by block, bit for bit.
 // Prints "N passed, M failed" and exits nonzero on a failure.
 #include "custom_ops/lowrank/cc/kernels/lowrank_core.h"
 
@@ -208,6 +209,43 @@ void CheckCompensateLoop(cpu::Isa isa, int64_t n, int64_t k, int64_t r, std::mt1
   }
 }
 
+// The project loop of one instruction set, block by block and column range by
+// column range as the kernel cuts it, the blocks' sums then added in order,
+// against ProjectElement bit for bit.
+template <typename Acc>
+void CheckProjectLoop(cpu::Isa isa, int64_t n, int64_t k, int64_t r, std::mt19937_64& rng,
+                      bool specials) {
+  auto m = Random<Acc>(n * k, rng), p = Random<Acc>(n * r, rng);
+  if (specials && n * k > 3 && r > 0) {
+    m[1] = std::numeric_limits<Acc>::quiet_NaN();              // column 1: NaN
+    p[(n - 1) * r] = std::numeric_limits<Acc>::infinity();     // rank 0: +-Inf
+    m[0] = Acc(-0.0);
+  }
+  const int64_t blocks = (n + lr::kProjectRows - 1) / lr::kProjectRows;
+  std::vector<Acc> part(blocks * r * k, Acc(-9));
+  const int64_t cut = k / 3;  // two column ranges, one of them ragged
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first = b * lr::kProjectRows, rows = std::min(lr::kProjectRows, n - first);
+    cpu::ProjectBlock(isa, m.data() + first * k, p.data() + first * r, part.data() + b * r * k, rows, k,
+                      r, 0, cut);
+    cpu::ProjectBlock(isa, m.data() + first * k, p.data() + first * r, part.data() + b * r * k, rows, k,
+                      r, cut, k);
+  }
+  int reported = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    for (int64_t j = 0; j < r; ++j) {
+      Acc total = blocks > 0 ? part[j * k + c] : Acc(0);
+      for (int64_t b = 1; b < blocks; ++b) total = total + part[(b * r + j) * k + c];
+      const Acc want = lr::ProjectElement(m.data(), p.data(), c, j, n, k, r);
+      const bool ok = SameBits(total, want) || (std::isnan(total) && std::isnan(want));
+      if (!ok && reported++ < 3) {
+        CHECK(false) << cpu::IsaName(isa) << " project " << Name<Acc>() << " " << n << "x" << k
+                     << " r=" << r << " at (" << c << ", " << j << "): " << total << " vs " << want;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -352,6 +390,20 @@ int main() {
         for (int64_t n : {1, 3, 5, 8}) {
           for (int64_t k : {1, 4, 7, 8, 16, 17, 33, 70}) {
             for (int64_t r : {0, 1, 2, 3, 5, 9}) CheckCompensateLoop<double>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+      Case(name + "/project/float", [&] {
+        for (int64_t n : {0, 1, 3, 4, 7, 256, 300}) {
+          for (int64_t k : {1, 7, 16, 17, 33, 70}) {
+            for (int64_t r : {1, 2, 5}) CheckProjectLoop<float>(isa, n, k, r, rng, specials);
+          }
+        }
+      });
+      Case(name + "/project/double", [&] {
+        for (int64_t n : {1, 5, 257}) {
+          for (int64_t k : {1, 4, 9, 33}) {
+            for (int64_t r : {1, 3}) CheckProjectLoop<double>(isa, n, k, r, rng, specials);
           }
         }
       });

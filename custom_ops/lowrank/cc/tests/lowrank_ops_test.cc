@@ -8,7 +8,8 @@
 // TfcompLowRankProduct (acc = +0; acc = fma(p[i, j], q[c, j], acc)), and for
 // TfcompLowRankCompensate (m = g + e rounded to T; p[i, j] summed in 16 lanes of
 // fma from +0 over the zero-padded columns, the lanes added pairwise) with its
-// kernel's argument errors.
+// kernel's argument errors, and for TfcompLowRankProject (q = m^T p: per block
+// of 256 rows fma from +0 in row order, the blocks' sums added in order).
 //
 // Usage: lowrank_ops_test path/to/_tfcomp_ops.so   (or TFCOMP_OPS_LIB=...)
 // Prints "N passed, M failed" and exits nonzero on a failure.
@@ -177,6 +178,34 @@ class CompensateGraph : public OpGraph {
   }
 };
 
+// Placeholders m, p of unknown shape feeding one TfcompLowRankProject.
+class ProjectGraph : public OpGraph {
+ public:
+  TF_Output m, p, q;
+
+  explicit ProjectGraph(TF_DataType type) {
+    m = Placeholder(graph(), "m", type);
+    p = Placeholder(graph(), "p", type);
+    TF_OperationDescription* d = TF_NewOperation(graph(), "TfcompLowRankProject", "project");
+    for (const TF_Output& in : {m, p}) TF_AddInput(d, in);
+    TF_SetAttrType(d, "T", type);
+    TF_Status* s = TF_NewStatus();
+    TF_Operation* op = TF_FinishOperation(d, s);
+    Require(TakeStatus(s), "TfcompLowRankProject");
+    q = {op, 0};
+  }
+
+  Status Run(Tensor m_value, Tensor p_value, Tensor* out) {
+    std::vector<std::pair<TF_Output, Tensor>> feeds;
+    feeds.emplace_back(m, std::move(m_value));
+    feeds.emplace_back(p, std::move(p_value));
+    std::vector<Tensor> outputs;
+    const Status s = OpGraph::Run(std::move(feeds), {q}, &outputs);
+    if (!outputs.empty()) *out = std::move(outputs[0]);
+    return s;
+  }
+};
+
 // ---- Values and references -------------------------------------------------------
 
 // Magnitudes in [2^-5, 2^3), either sign, 8 significant bits: exact in every
@@ -223,6 +252,22 @@ typename Tr::S DocumentedCompensated(const std::vector<typename Tr::S>& m,
     for (int l = 0; l < half; ++l) lanes[l] = lanes[l] + lanes[l + half];
   }
   return Tr::FromAcc(lanes[0]);
+}
+
+// q[c, j] of the project op as documented.
+template <typename Tr>
+typename Tr::S DocumentedProjected(const std::vector<typename Tr::S>& m,
+                                   const std::vector<typename Tr::S>& p, int64_t c, int64_t j,
+                                   int64_t n, int64_t k, int64_t r) {
+  typename Tr::Acc total = 0;
+  for (int64_t first = 0; first < n; first += 256) {
+    typename Tr::Acc s = 0;
+    for (int64_t i = first; i < std::min(n, first + 256); ++i) {
+      s = std::fma(Tr::ToAcc(m[i * k + c]), Tr::ToAcc(p[i * r + j]), s);
+    }
+    total = first == 0 ? s : total + s;
+  }
+  return Tr::FromAcc(total);
 }
 
 struct Problem {
@@ -380,6 +425,31 @@ void CheckCompensate(CompensateGraph& graph, const Problem& pr, std::mt19937_64&
   }
 }
 
+// The project op against the documented evaluation, bit for bit.
+template <typename Tr>
+void CheckProject(ProjectGraph& graph, const Problem& pr, std::mt19937_64& rng) {
+  using S = typename Tr::S;
+  const int64_t n = pr.n, k = pr.k, r = pr.r;
+  const auto m = RandomValues<Tr>(n * k, rng), p = RandomValues<Tr>(n * r, rng);
+  Tensor out;
+  const Status s = graph.Run(MakeTensor(Tr::kType, {n, k}, m), MakeTensor(Tr::kType, {n, r}, p), &out);
+  CHECK(s.ok()) << Describe(pr) << ": " << s.message;
+  if (!s.ok()) return;
+  CHECK((Shape(out) == std::vector<int64_t>{k, r})) << Describe(pr) << ": output shape";
+  const std::vector<S> q = Values<S>(out);
+  if (static_cast<int64_t>(q.size()) != k * r) return;
+  int reported = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    for (int64_t j = 0; j < r; ++j) {
+      const S want = DocumentedProjected<Tr>(m, p, c, j, n, k, r);
+      if (Bits(q[c * r + j]) != Bits(want) && reported++ < 3) {
+        CHECK(false) << Tr::kName << " project " << Describe(pr) << " at (" << c << ", " << j
+                     << "): bits 0x" << std::hex << Bits(q[c * r + j]) << " != 0x" << Bits(want);
+      }
+    }
+  }
+}
+
 const Problem kProblems[] = {{1, 1, 1},   {7, 5, 2},   {256, 256, 4}, {300, 17, 32}, {65, 130, 64},
                              {9, 33, 1},  {4, 3, 0},   {0, 5, 2},     {5, 0, 2},     {0, 0, 0},
                              {1023, 97, 8},
@@ -404,6 +474,13 @@ void TestDtype() {
     Case(std::string("compensate/") + Tr::kName + "/" + Describe(pr),
          [&] { CheckCompensate<Tr>(compensate, pr, rng); });
   }
+  ProjectGraph project(Tr::kType);
+  for (const Problem& pr : kProblems) {
+    Case(std::string("project/") + Tr::kName + "/" + Describe(pr),
+         [&] { CheckProject<Tr>(project, pr, rng); });
+  }
+  Case(std::string("project/") + Tr::kName + "/600x70 r=3 (three blocks of rows)",
+       [&] { CheckProject<Tr>(project, Problem{600, 70, 3}, rng); });
 }
 
 void TestCompensateErrors() {
@@ -417,6 +494,26 @@ void TestCompensateErrors() {
     std::vector<Tensor> out;
     return graph.Run(filled(g_dims), filled(e_dims), filled(q_dims), &out);
   };
+  ProjectGraph project(TF_FLOAT);
+  auto run_project = [&](std::vector<int64_t> m_dims, std::vector<int64_t> p_dims) {
+    auto filled = [](const std::vector<int64_t>& dims) {
+      int64_t count = 1;
+      for (int64_t d : dims) count *= d;
+      return MakeTensor(TF_FLOAT, dims, std::vector<float>(count, 1.0f));
+    };
+    Tensor out;
+    return project.Run(filled(m_dims), filled(p_dims), &out);
+  };
+  Case("project errors/kernel", [&] {
+    CheckError(run_project({6}, {6, 2}), "m must be a matrix [n, k] (rank 2), got shape [6]");
+    CheckError(run_project({4, 3}, {4}), "p must be a matrix [n, r] (rank 2), got shape [4]");
+    CheckError(run_project({4, 3}, {5, 2}), "p must have one row per row of m: m is [4,3] (n = 4) but p is [5,2]");
+    for (const auto& dims : std::vector<std::vector<std::vector<int64_t>>>{
+             {{4, 3}, {4, 2}}, {{0, 3}, {0, 2}}, {{4, 0}, {4, 2}}, {{4, 3}, {4, 0}}}) {
+      const Status s = run_project(dims[0], dims[1]);
+      CHECK(s.ok()) << s.message;
+    }
+  });
   Case("compensate errors/kernel", [&] {
     CheckError(run({6}, {6}, {6, 2}), "g must be a matrix [n, k] (rank 2), got shape [6]");
     CheckError(run({4, 3}, {3, 4}, {3, 2}), "e must have g's shape: g is [4,3] but e is [3,4]");
