@@ -446,7 +446,7 @@ void BenchSelect(int64_t n) {
   }
 }
 
-// ---- low rank: out = m - p q^T and m = g + e, p = m q, fused kernels against cuBLAS ----
+// ---- low rank: out = m - p q^T, m = g + e with p = m q, and q = m^T p: fused kernels against cuBLAS ----
 void BenchLowRank(int64_t rows, int64_t cols, int64_t rank, cublasHandle_t blas) {
   const int64_t n = rows * cols;
   InputPool<float> pool(n, 2);
@@ -489,6 +489,19 @@ void BenchLowRank(int64_t rows, int64_t cols, int64_t rank, cublasHandle_t blas)
          CHECK_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, rank, rows, cols, &one, q.ptr, rank,
                                   m.ptr, cols, &zero, p_out.ptr, rank));
        }), 1.5 * bytes);
+  // q = m^T p in one pass over m (reads m), against cuBLAS's q^T = p^T m on the
+  // column-major views.
+  DeviceArray<float> q_out(cols * rank);
+  Emit("lowrank_project", "float32", n, rank, MedianMs([&] {
+         CHECK_CUDA(tfcomp::lowrank::cuda::LaunchLowRankProject(pool.Next(), p.ptr, rows, cols, rank,
+                                                                q_out.ptr, nullptr));
+       }), 0.5 * bytes);
+  Emit("cublas_gemm_project", "float32", n, rank, MedianMs([&] {
+         const float zero = 0.0f;
+         // Column-major views: p is [rank, rows], m is [cols, rows], q is [rank, cols] = p m^T.
+         CHECK_CUBLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, rank, cols, rows, &one, p.ptr, rank,
+                                  pool.Next(), cols, &zero, q_out.ptr, rank));
+       }), 0.5 * bytes);
 }
 
 }  // namespace

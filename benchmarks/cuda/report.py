@@ -39,7 +39,7 @@ COMPARISONS = {
                ("hash_select", "exact_topk_sort"), ("sampled_threshold", None),
                ("sparse_decode", None)],
     "lowrank": [("lowrank_residual", "cublas_gemm"), ("lowrank_residual", "cublas_gemm_inplace"),
-                ("lowrank_compensate", "add_then_cublas_gemm")],
+                ("lowrank_compensate", "add_then_cublas_gemm"), ("lowrank_project", "cublas_gemm_project")],
 }
 
 
