@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tfcomp import ops
 from tests.ops import threaded
-from tests.ops.gpu import ON_GPU
+from tests.ops.gpu import ON_GPU, assert_same_bits_on_cpu_and_gpu
 from tests.stacks import NO_KERAS
 
 pytestmark = NO_KERAS
@@ -179,11 +179,7 @@ def test_no_gradient_is_registered():
 @pytest.mark.parametrize("n, k, r", SHAPES + [(65, 130, 64), (2000, 3, 33)])
 def test_gpu_kernel_matches_cpu_bit_for_bit(n, k, r, dtype):
     m, p, q = (tf.cast(x, dtype) for x in problem(n, k, r, np.float32, seed=r))
-    outputs = []
-    for device in ("/CPU:0", "/GPU:0"):
-        with tf.device(device):
-            outputs.append(ops.lowrank_residual(m, p, q).numpy())
-    assert outputs[0].tobytes() == outputs[1].tobytes()
+    assert_same_bits_on_cpu_and_gpu(lambda: ops.lowrank_residual(m, p, q))
 
 
 # --- lowrank_product: the estimate p q^T --------------------------------------------------
@@ -309,8 +305,4 @@ def test_product_same_bits_on_any_thread_count(tmp_path):
 @pytest.mark.parametrize("n, k, r", SHAPES + [(65, 130, 64), (2000, 3, 33)])
 def test_product_gpu_kernel_matches_cpu_bit_for_bit(n, k, r, dtype):
     _, p, q = (tf.cast(x, dtype) for x in problem(n, k, r, np.float32, seed=r))
-    outputs = []
-    for device in ("/CPU:0", "/GPU:0"):
-        with tf.device(device):
-            outputs.append(ops.lowrank_product(p, q).numpy())
-    assert outputs[0].tobytes() == outputs[1].tobytes()
+    assert_same_bits_on_cpu_and_gpu(lambda: ops.lowrank_product(p, q))

@@ -214,14 +214,25 @@ struct LowRankProject<CPUDevice, T> {
 
 namespace {
 
+// `name` is a matrix `dims` (rank 2).
+tensorflow::Status CheckMatrix(const Tensor& t, const char* name, const char* dims) {
+  if (TensorShapeUtils::IsMatrix(t.shape())) return tensorflow::Status();
+  return InvalidArgument(name, " must be a matrix ", dims, " (rank 2), got shape ", t.shape().DebugString());
+}
+
+// b has one row per row (axis 0, n) or per column (axis 1, k) of the matrix a.
+tensorflow::Status CheckRowsMatch(const Tensor& b, const char* b_name, const Tensor& a,
+                                  const char* a_name, int axis) {
+  if (b.dim_size(0) == a.dim_size(axis)) return tensorflow::Status();
+  return InvalidArgument(b_name, " must have one row per ", axis == 0 ? "row" : "column", " of ", a_name,
+                         ": ", a_name, " is ", a.shape().DebugString(), " (", axis == 0 ? "n" : "k",
+                         " = ", a.dim_size(axis), ") but ", b_name, " is ", b.shape().DebugString());
+}
+
 // The factors p [n, r] and q [k, r]: matrices of one rank r.
 tensorflow::Status CheckFactors(const Tensor& p, const Tensor& q) {
-  if (!TensorShapeUtils::IsMatrix(p.shape())) {
-    return InvalidArgument("p must be a matrix [n, r] (rank 2), got shape ", p.shape().DebugString());
-  }
-  if (!TensorShapeUtils::IsMatrix(q.shape())) {
-    return InvalidArgument("q must be a matrix [k, r] (rank 2), got shape ", q.shape().DebugString());
-  }
+  TF_RETURN_IF_ERROR(CheckMatrix(p, "p", "[n, r]"));
+  TF_RETURN_IF_ERROR(CheckMatrix(q, "q", "[k, r]"));
   if (q.dim_size(1) != p.dim_size(1)) {
     return InvalidArgument("p and q must have the same number of columns (the rank r): p is ",
                            p.shape().DebugString(), " but q is ", q.shape().DebugString());
@@ -240,18 +251,11 @@ class LowRankResidualOp : public OpKernel {
     const Tensor& m = ctx->input(0);
     const Tensor& p = ctx->input(1);
     const Tensor& q = ctx->input(2);
-    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(m.shape()),
-                InvalidArgument("m must be a matrix [n, k] (rank 2), got shape ",
-                                m.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckMatrix(m, "m", "[n, k]"));
     OP_REQUIRES_OK(ctx, CheckFactors(p, q));
+    OP_REQUIRES_OK(ctx, CheckRowsMatch(p, "p", m, "m", 0));
+    OP_REQUIRES_OK(ctx, CheckRowsMatch(q, "q", m, "m", 1));
     const int64_t n = m.dim_size(0), k = m.dim_size(1), r = p.dim_size(1);
-    OP_REQUIRES(ctx, p.dim_size(0) == n,
-                InvalidArgument("p must have one row per row of m: m is ", m.shape().DebugString(),
-                                " (n = ", n, ") but p is ", p.shape().DebugString()));
-    OP_REQUIRES(ctx, q.dim_size(0) == k,
-                InvalidArgument("q must have one row per column of m: m is ",
-                                m.shape().DebugString(), " (k = ", k, ") but q is ",
-                                q.shape().DebugString()));
     // The residual may take over m's buffer (each element is read before it is written).
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, m.shape(), &out));
@@ -288,20 +292,13 @@ class LowRankCompensateOp : public OpKernel {
     const Tensor& g = ctx->input(0);
     const Tensor& e = ctx->input(1);
     const Tensor& q = ctx->input(2);
-    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(g.shape()),
-                InvalidArgument("g must be a matrix [n, k] (rank 2), got shape ",
-                                g.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckMatrix(g, "g", "[n, k]"));
     OP_REQUIRES(ctx, e.shape() == g.shape(),
                 InvalidArgument("e must have g's shape: g is ", g.shape().DebugString(),
                                 " but e is ", e.shape().DebugString()));
-    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(q.shape()),
-                InvalidArgument("q must be a matrix [k, r] (rank 2), got shape ",
-                                q.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckMatrix(q, "q", "[k, r]"));
+    OP_REQUIRES_OK(ctx, CheckRowsMatch(q, "q", g, "g", 1));
     const int64_t n = g.dim_size(0), k = g.dim_size(1), r = q.dim_size(1);
-    OP_REQUIRES(ctx, q.dim_size(0) == k,
-                InvalidArgument("q must have one row per column of g: g is ",
-                                g.shape().DebugString(), " (k = ", k, ") but q is ",
-                                q.shape().DebugString()));
     // m in a buffer of its own: a rank block after the first reads g and e again.
     Tensor* m = nullptr;
     Tensor* p = nullptr;
@@ -322,16 +319,10 @@ class LowRankProjectOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& m = ctx->input(0);
     const Tensor& p = ctx->input(1);
-    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(m.shape()),
-                InvalidArgument("m must be a matrix [n, k] (rank 2), got shape ",
-                                m.shape().DebugString()));
-    OP_REQUIRES(ctx, TensorShapeUtils::IsMatrix(p.shape()),
-                InvalidArgument("p must be a matrix [n, r] (rank 2), got shape ",
-                                p.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckMatrix(m, "m", "[n, k]"));
+    OP_REQUIRES_OK(ctx, CheckMatrix(p, "p", "[n, r]"));
+    OP_REQUIRES_OK(ctx, CheckRowsMatch(p, "p", m, "m", 0));
     const int64_t n = m.dim_size(0), k = m.dim_size(1), r = p.dim_size(1);
-    OP_REQUIRES(ctx, p.dim_size(0) == n,
-                InvalidArgument("p must have one row per row of m: m is ", m.shape().DebugString(),
-                                " (n = ", n, ") but p is ", p.shape().DebugString()));
     Tensor* q = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k, r}), &q));
     if (k == 0 || r == 0) return;
