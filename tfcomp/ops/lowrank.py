@@ -4,6 +4,20 @@ import tensorflow as tf
 from tfcomp.ops.loader import check_dtype, library
 
 
+def _listed(words):
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _of_one_float_dtype(op, **inputs):
+    """The inputs as tensors, refused with TypeError unless they share one float dtype."""
+    names = list(inputs)
+    tensors = [tf.convert_to_tensor(x) for x in inputs.values()]
+    check_dtype(tensors[0].dtype, f"{op}'s {names[0]}")
+    if any(t.dtype != tensors[0].dtype for t in tensors[1:]):
+        raise TypeError(f"{op} needs {_listed(names)} of one dtype, got {_listed([t.dtype.name for t in tensors])}")
+    return tensors
+
+
 def lowrank_residual(m, p, q):
     """The error-feedback update of low-rank compression (PowerSGD, ACP-SGD):
     m - p @ q^T, computed in one pass over m.
@@ -15,14 +29,7 @@ def lowrank_residual(m, p, q):
     same bits. NaN and Inf propagate as in the arithmetic. The residual may reuse
     m's buffer when nothing else holds m.
     """
-    m = tf.convert_to_tensor(m)
-    check_dtype(m.dtype, "lowrank_residual's m")
-    p = tf.convert_to_tensor(p)
-    q = tf.convert_to_tensor(q)
-    if p.dtype != m.dtype or q.dtype != m.dtype:
-        raise TypeError(f"lowrank_residual needs m, p and q of one dtype, got {m.dtype.name}, "
-                        f"{p.dtype.name} and {q.dtype.name}")
-    return library().tfcomp_low_rank_residual(m, p, q)
+    return library().tfcomp_low_rank_residual(*_of_one_float_dtype("lowrank_residual", m=m, p=p, q=q))
 
 
 def lowrank_product(p, q):
@@ -35,12 +42,7 @@ def lowrank_product(p, q):
     fma(p[i, j], q[c, j], .) per j = 0 .. r-1, in that order (in float32 for
     float16 and bfloat16), so every device and thread count gives the same bits.
     """
-    p = tf.convert_to_tensor(p)
-    check_dtype(p.dtype, "lowrank_product's p")
-    q = tf.convert_to_tensor(q)
-    if q.dtype != p.dtype:
-        raise TypeError(f"lowrank_product needs p and q of one dtype, got {p.dtype.name} and {q.dtype.name}")
-    return library().tfcomp_low_rank_product(p, q)
+    return library().tfcomp_low_rank_product(*_of_one_float_dtype("lowrank_product", p=p, q=q))
 
 
 def lowrank_compensate(g, e, q):
@@ -55,14 +57,7 @@ def lowrank_compensate(g, e, q):
     lanes are added pairwise (halves, quarters, eighths, the last two), so every device and
     thread count gives the same bits. NaN and Inf propagate as in the arithmetic.
     """
-    g = tf.convert_to_tensor(g)
-    check_dtype(g.dtype, "lowrank_compensate's g")
-    e = tf.convert_to_tensor(e)
-    q = tf.convert_to_tensor(q)
-    if e.dtype != g.dtype or q.dtype != g.dtype:
-        raise TypeError(f"lowrank_compensate needs g, e and q of one dtype, got {g.dtype.name}, "
-                        f"{e.dtype.name} and {q.dtype.name}")
-    m, p = library().tfcomp_low_rank_compensate(g, e, q)
+    m, p = library().tfcomp_low_rank_compensate(*_of_one_float_dtype("lowrank_compensate", g=g, e=e, q=q))
     return m, p
 
 
@@ -75,9 +70,4 @@ def lowrank_project(m, p):
     fma(m[i, c], p[i, j], .) per row in order, and the blocks' sums are added in block order (in
     float32 for float16 and bfloat16), so every device and thread count gives the same bits.
     """
-    m = tf.convert_to_tensor(m)
-    check_dtype(m.dtype, "lowrank_project's m")
-    p = tf.convert_to_tensor(p)
-    if p.dtype != m.dtype:
-        raise TypeError(f"lowrank_project needs m and p of one dtype, got {m.dtype.name} and {p.dtype.name}")
-    return library().tfcomp_low_rank_project(m, p)
+    return library().tfcomp_low_rank_project(*_of_one_float_dtype("lowrank_project", m=m, p=p))
